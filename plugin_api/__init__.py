@@ -1,0 +1,123 @@
+"""plugin-api: the hardware-backend layer for LLM inference.
+
+This module only re-exports the public names; each lives in a small module of its own. The op
+names (which need torch) load on first use, so that ``import plugin_api`` and backend selection
+stay light.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import HOST_API_VERSION, __version__
+from .contract import Availability, BackendDescriptor, OpFamily, Status
+from .device_info import Accelerator, DeviceInfo, TorchBuild, read_device_info
+from .errors import (
+    AmbiguousSelection,
+    BackendNotInstalled,
+    BackendUnavailable,
+    FallbackRefused,
+    PluginApiError,
+    SelectionError,
+    SettingError,
+    StaleSelection,
+    UnsupportedSpec,
+)
+from .hookspecs import hookimpl
+from .selection import PluginApiWarning, Selection, select_backend
+
+# op-layer names, imported from their module on first access
+_LAZY = {
+    "Attention": "plugin_api.ops.attention",
+    "AttentionBatch": "plugin_api.ops.attention",
+    "AttentionSpec": "plugin_api.ops.attention",
+    "KVCache": "plugin_api.ops.attention",
+    "attention": "plugin_api.ops.attention",
+    "GemmSpec": "plugin_api.ops.gemm",
+    "PackedWeight": "plugin_api.ops.gemm",
+    "prepare": "plugin_api.ops.gemm",
+    "mm": "plugin_api.ops.gemm",
+    "scaled_mm": "plugin_api.ops.gemm",
+    "QuantSpec": "plugin_api.ops.quant",
+    "per_token_group_quant": "plugin_api.ops.quant",
+    "StateSpec": "plugin_api.ops.state",
+    "copy_state_blocks": "plugin_api.ops.state",
+    "zero_state_blocks": "plugin_api.ops.state",
+    "GraphLevel": "plugin_api.ops.graphs",
+    "GraphSupport": "plugin_api.ops.graphs",
+    "Decision": "plugin_api.ops.decision",
+    "ImplPath": "plugin_api.ops.decision",
+    "record_ops": "plugin_api.ops.provenance",
+    "Backend": "plugin_api.backend",
+    "backend_for": "plugin_api.backend",
+    "current_backend": "plugin_api.backend",
+}
+
+if TYPE_CHECKING:
+    from .backend import Backend, backend_for, current_backend
+    from .ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache, attention
+    from .ops.decision import Decision, ImplPath
+    from .ops.gemm import GemmSpec, PackedWeight, mm, prepare, scaled_mm
+    from .ops.graphs import GraphLevel, GraphSupport
+    from .ops.provenance import record_ops
+    from .ops.quant import QuantSpec, per_token_group_quant
+    from .ops.state import StateSpec, copy_state_blocks, zero_state_blocks
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plugin_api' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "HOST_API_VERSION",
+    "Accelerator",
+    "AmbiguousSelection",
+    "Attention",
+    "AttentionBatch",
+    "AttentionSpec",
+    "Availability",
+    "Backend",
+    "BackendDescriptor",
+    "BackendNotInstalled",
+    "BackendUnavailable",
+    "Decision",
+    "DeviceInfo",
+    "FallbackRefused",
+    "GemmSpec",
+    "GraphLevel",
+    "GraphSupport",
+    "ImplPath",
+    "KVCache",
+    "OpFamily",
+    "PackedWeight",
+    "PluginApiError",
+    "PluginApiWarning",
+    "QuantSpec",
+    "Selection",
+    "SelectionError",
+    "SettingError",
+    "StaleSelection",
+    "StateSpec",
+    "Status",
+    "TorchBuild",
+    "UnsupportedSpec",
+    "__version__",
+    "attention",
+    "backend_for",
+    "copy_state_blocks",
+    "current_backend",
+    "hookimpl",
+    "mm",
+    "per_token_group_quant",
+    "prepare",
+    "read_device_info",
+    "record_ops",
+    "scaled_mm",
+    "select_backend",
+    "zero_state_blocks",
+]

@@ -1,0 +1,134 @@
+"""``plugin-api``: list plugins, explain the selection (doctor). Every verb has ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .backend import Backend
+from .errors import PluginApiError, SelectionError
+from .machines import MACHINES, machine
+from .op_report import ops_report, ops_text
+from .registry import Registry, load_plugins
+from .report import (
+    error_dict,
+    host_dict,
+    list_text,
+    record_dict,
+    selection_dict,
+    selection_text,
+)
+from .selection import Resolved, select
+from .settings import check_names, read_settings
+
+
+def _load(args: argparse.Namespace) -> Registry:
+    settings = read_settings()
+    info = machine(args.device_info) if args.device_info else None
+    registry = load_plugins(settings, info)
+    check_names(os.environ, registry.known_settings)
+    return registry
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=False))
+    else:
+        print(text)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    registry = _load(args)
+    data = {
+        "host": host_dict(),
+        "plugins": [record_dict(r, tracebacks=args.verbose) for r in registry.records],
+    }
+    _emit(args, data, list_text(registry.records, registry.info, verbose=args.verbose))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    registry = _load(args)
+    settings = read_settings()
+    data: dict[str, Any] = {
+        "host": host_dict(),
+        "what_if": bool(args.device_info),
+        "device_info": registry.info.to_dict(),
+        "plugins": [record_dict(r) for r in registry.records],
+    }
+    text = [list_text(registry.records, registry.info, verbose=args.verbose), ""]
+    try:
+        sel = select(registry.records, settings, registry.info)
+    except SelectionError as e:
+        data["error"] = error_dict(e)
+        text.append(f"error: {e}")
+        _emit(args, data, "\n".join(text))
+        return 1
+    data["selection"] = selection_dict(sel)
+    text.append(selection_text(sel))
+    backend = Backend(Resolved(sel, registry, settings))
+    ops = ops_report(backend)
+    data["ops"] = ops
+    text += ["", ops_text(backend, ops)]
+    _emit(args, data, "\n".join(text))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .backend import backend_for, current_backend
+    from .check import results_dict, results_text, run_kit
+
+    backend = backend_for(args.backend) if args.backend else current_backend()
+    code, results = run_kit(backend.id, progress=not args.json)
+    data = results_dict(backend.id, code, results)
+    data["ops"] = ops_report(backend)
+    _emit(args, data, results_text(data))
+    return 0 if code == 0 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plugin-api", description="Hardware backends for LLM inference ops."
+    )
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    def verb(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
+        p.set_defaults(fn=fn)
+        return p
+
+    what_if = (
+        "what-if: probe for the machine in FILE (DeviceInfo JSON) or a named example: "
+        + ", ".join(MACHINES)
+    )
+    for name, fn, text in (
+        ("list", cmd_list, "installed plugins with load, compatibility and probe results"),
+        ("doctor", cmd_doctor, "the selection report: the chosen backend and why"),
+    ):
+        verb(name, fn, text).add_argument("--device-info", metavar="FILE", help=what_if)
+    verb("check", cmd_check, "run the conformance kit against the selected backend").add_argument(
+        "--backend", metavar="ID", help="check this backend instead of the selected one"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except (PluginApiError, ValueError) as e:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": {"type": type(e).__name__, "message": str(e)}}, indent=2))
+        else:
+            print(f"plugin-api {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Conformance: paged attention against the dense oracle, cache writes bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plugin_api.contract import OpFamily
+from plugin_api.ops.attention import FP8, Attention, AttentionSpec
+from plugin_api.ops.graphs import GraphLevel, GraphSupport
+from plugin_api.ops.provenance import record_ops
+
+from .cases import PagedCase, make_case
+from .plugin import own_or_skip
+
+BASE = dict(num_heads=4, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, block_size=16)
+
+FEATURES: dict[str, dict[str, object]] = {
+    "base": {},
+    "mqa": dict(num_kv_heads=1),
+    "mha": dict(num_kv_heads=4),
+    "sinks": dict(has_sinks=True),
+    "window": dict(sliding_window=7),
+    "softcap": dict(logits_soft_cap=5.0),
+    "non-causal": dict(causal=False),
+    "fp8-kv": dict(kv_cache_dtype=FP8),
+    "kv-sharing": dict(kv_sharing=True),
+    "sinks+window": dict(has_sinks=True, sliding_window=9),
+    "softcap+window+fp8": dict(logits_soft_cap=8.0, sliding_window=11, kv_cache_dtype=FP8),
+    "head-80": dict(head_size=80),
+    "head-256": dict(head_size=256),
+    "block-32": dict(block_size=32),
+    "scale": dict(scale=0.05),
+}
+
+# (query_lens, seq_lens, num_decodes): decodes first. Seq lengths 16/48 end on a block boundary.
+BATCHES: dict[str, tuple[list[int], list[int], int]] = {
+    "mixed": ([1, 1, 7, 12], [20, 33, 7, 40], 2),
+    "decode-only": ([1, 1, 1], [16, 5, 48], 3),
+    "prefill-only": ([9, 17], [9, 30], 0),
+    "one-token-seqs": ([1, 1], [1, 1], 2),
+    "chunked-prefill": ([16], [48], 0),
+}
+SPEC_BATCHES: dict[str, tuple[list[int], list[int], int]] = {
+    "uniform-spec-decode": ([4, 4, 4], [20, 32, 9], 3),
+    "ragged-spec-decode": ([2, 4, 1, 10], [19, 22, 40, 10], 3),
+}
+TOLERANCE = {
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+    torch.float16: dict(atol=3e-3, rtol=3e-3),
+    torch.float32: dict(atol=2e-4, rtol=2e-4),
+}
+
+
+def spec_of(**changes: object) -> AttentionSpec:
+    return AttentionSpec(**{**BASE, **changes})  # type: ignore[arg-type]
+
+
+def run_and_check(backend, device, case: PagedCase, *, extra_rows: int = 0) -> None:
+    own_or_skip(backend, OpFamily.ATTENTION, case.spec)
+    attn = Attention(case.spec, backend)
+    plan = attn.plan(case.batch)
+    before = case.cache.data.clone()
+    out = torch.full(case.query.shape, float("nan"), dtype=case.spec.dtype, device=device)
+    with record_ops() as calls:
+        attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
+    assert calls == [attn.provenance], "the op ran an implementation it did not resolve to"
+    assert not attn.provenance.fallback
+    got = out[: case.num_tokens].float().cpu()
+    assert torch.isfinite(got).all(), "rows left unwritten (NaN) or non-finite output"
+    torch.testing.assert_close(got, case.expected(), **TOLERANCE[case.spec.dtype])
+    _check_cache(case, before)
+
+
+def _check_cache(case: PagedCase, before: torch.Tensor) -> None:
+    """The step wrote exactly its slots, with the documented conversion, and nothing else."""
+    expected = before.clone()
+    s = case.spec
+    if case.key is not None and case.written.numel():
+        slots = case.batch.slot_mapping[: case.num_tokens]
+        keep = (slots >= 0).nonzero().flatten()
+        idx = slots[keep]
+        blk, off = idx // s.block_size, idx % s.block_size
+        k, v = case.key[keep.to(case.key.device)], case.value[keep.to(case.key.device)]
+        if s.fp8_kv:
+            k = (k.float() / case.cache.k_scale).clamp(-448, 448)
+            v = (v.float() / case.cache.v_scale).clamp(-448, 448)
+        expected[blk, 0, :, off, :] = k.to(expected.dtype)
+        expected[blk, 1, :, off, :] = v.to(expected.dtype)
+    after = case.cache.data
+    same = torch.equal(after.view(torch.uint8), expected.view(torch.uint8))
+    assert same, "the KV cache differs from the expected write (wrong slots, values or extras)"
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_feature_on_mixed_batch(plugin_api_backend, kit_device, feature):
+    q, L, nd = BATCHES["mixed"]
+    case = make_case(
+        spec_of(**FEATURES[feature]),
+        q,
+        L,
+        num_decodes=nd,
+        device=kit_device,
+        seed=sum(map(ord, feature)),
+    )
+    run_and_check(plugin_api_backend, kit_device, case)
+
+
+@pytest.mark.parametrize("shape", list(BATCHES))
+def test_batch_shapes(plugin_api_backend, kit_device, shape):
+    q, L, nd = BATCHES[shape]
+    case = make_case(spec_of(), q, L, num_decodes=nd, device=kit_device, seed=7)
+    run_and_check(plugin_api_backend, kit_device, case)
+
+
+@pytest.mark.parametrize("shape", list(SPEC_BATCHES))
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
+def test_speculative_decode(plugin_api_backend, kit_device, shape, causal):
+    q, L, nd = SPEC_BATCHES[shape]
+    spec = spec_of(num_speculative_tokens=3, causal=causal)
+    case = make_case(spec, q, L, num_decodes=nd, device=kit_device, seed=11)
+    run_and_check(plugin_api_backend, kit_device, case)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("feature", ["base", "sinks+window", "fp8-kv"])
+def test_dtypes(plugin_api_backend, kit_device, dtype, feature):
+    q, L, nd = BATCHES["mixed"]
+    case = make_case(
+        spec_of(dtype=dtype, **FEATURES[feature]), q, L, num_decodes=nd, device=kit_device, seed=3
+    )
+    run_and_check(plugin_api_backend, kit_device, case)
+
+
+def test_padding_rows_and_skipped_slots(plugin_api_backend, kit_device):
+    """NaN padding rows never leak into real rows; slot -1 tokens are not written."""
+    q, L, nd = BATCHES["mixed"]
+    case = make_case(
+        spec_of(), q, L, num_decodes=nd, device=kit_device, seed=5, pad_rows=5, skip_tokens=(1, 4)
+    )
+    run_and_check(plugin_api_backend, kit_device, case)
+
+
+def test_fp8_scales(plugin_api_backend, kit_device):
+    q, L, nd = BATCHES["mixed"]
+    case = make_case(
+        spec_of(kv_cache_dtype=FP8),
+        q,
+        L,
+        num_decodes=nd,
+        device=kit_device,
+        seed=9,
+        k_scale=0.25,
+        v_scale=2.0,
+        value_scale=40.0,
+    )
+    run_and_check(plugin_api_backend, kit_device, case)
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_graph_support_is_declared(plugin_api_backend, kit_device, feature):
+    """Every accepted spec states its CUDA-graph level with a reason; a level above NEVER is
+    backed by stable plan buffers (and, on a CUDA device, capture/replay equal to eager)."""
+    spec = spec_of(**FEATURES[feature])
+    own_or_skip(plugin_api_backend, OpFamily.ATTENTION, spec)
+    attn = Attention(spec, plugin_api_backend)
+    support = attn.graph_support()
+    assert isinstance(support, GraphSupport) and support.reason
+    if support.level == GraphLevel.NEVER:
+        return
+    q, L, nd = [1, 1, 1], [20, 33, 7], 3
+    first = attn.plan(make_case(spec, q, L, num_decodes=nd, device=kit_device, seed=1).batch)
+    second_case = make_case(spec, q, [5, 40, 18], num_decodes=nd, device=kit_device, seed=2)
+    second = attn.plan(second_case.batch, reuse=first)
+    buffers = getattr(first.impl_plan, "buffers", None)
+    assert callable(buffers), "a graph-capable plan must expose buffers()"
+    before = {k: v.data_ptr() for k, v in first.impl_plan.buffers().items()}
+    after = {k: v.data_ptr() for k, v in second.impl_plan.buffers().items()}
+    assert before == after, "plan(reuse=...) moved a buffer a captured graph would read"
+    if kit_device.type == "cuda":
+        _capture_replay_equals_eager(attn, second_case, first)
+
+
+def _capture_replay_equals_eager(attn: Attention, case: PagedCase, reuse) -> None:
+    plan = attn.plan(case.batch, reuse=reuse)
+    eager = attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks)
+    torch.cuda.synchronize()
+    out = torch.empty_like(eager)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    n = case.num_tokens
+    torch.testing.assert_close(out[:n], eager[:n], atol=0, rtol=0)

@@ -1,0 +1,73 @@
+"""Conformance: per-token-group quantization, bit-exact against the element-wise oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plugin_api.contract import OpFamily
+from plugin_api.ops.provenance import record_ops
+from plugin_api.ops.quant import QuantSpec, per_token_group_quant
+
+from . import oracle
+from .plugin import own_or_skip
+
+FP8 = torch.float8_e4m3fn
+
+
+def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * 8
+    if m > 2:
+        x[1] = 0.0  # an all-zero row: eps decides the scale
+        x[2, :8] = torch.tensor([127.0, -63.5, 0.5, 1.5, -2.5, 3.5, 1e-3, -1e4])  # ties, extremes
+    return x.to(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == FP8 else t
+
+
+@pytest.mark.parametrize("m,k", [(1, 128), (5, 384), (16, 512), (33, 256)])
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("ue8m0", [False, True], ids=["", "ue8m0"])
+def test_group_quant_bit_exact(plugin_api_backend, kit_device, m, k, group, dtype, layout, ue8m0):
+    col = layout == "col"
+    x = _inputs(m, k, torch.bfloat16, seed=m * k + group)
+    own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(k, group, x.dtype, dtype, col, ue8m0))
+    eps = 1e-10
+    with record_ops() as calls:
+        q, s = per_token_group_quant(
+            x.to(kit_device), group, dtype, eps, col, ue8m0, backend=plugin_api_backend
+        )
+    assert len(calls) == 1 and not calls[0].fallback
+    want_q, want_s = oracle.group_quant(x, group, dtype, eps, ue8m0)
+    assert s.shape == (m, k // group) and s.dtype == torch.float32
+    if col and m > 1 and k // group > 1:
+        assert s.stride() == (1, m), "column-major scales must have strides (1, M)"
+    assert torch.equal(s.cpu(), want_s), "scales differ from the documented rule"
+    assert torch.equal(_bits(q.cpu()), _bits(want_q)), "quantized values differ"
+
+
+@pytest.mark.parametrize("in_dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+def test_input_dtypes(plugin_api_backend, kit_device, in_dtype, dtype):
+    x = _inputs(8, 256, in_dtype, seed=3)
+    own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(256, 128, in_dtype, dtype))
+    q, s = per_token_group_quant(x.to(kit_device), 128, dtype, backend=plugin_api_backend)
+    want_q, want_s = oracle.group_quant(x, 128, dtype, 1e-10, False)
+    assert torch.equal(s.cpu(), want_s) and torch.equal(_bits(q.cpu()), _bits(want_q))
+
+
+def test_preallocated_outputs_fully_written(plugin_api_backend, kit_device):
+    x = _inputs(6, 256, torch.bfloat16, seed=4)
+    own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(256, 64, x.dtype, torch.int8))
+    out = torch.full((6, 256), 77, dtype=torch.int8, device=kit_device)
+    scales = torch.full((6, 4), float("nan"), device=kit_device)
+    per_token_group_quant(
+        x.to(kit_device), 64, out=out, out_scales=scales, backend=plugin_api_backend
+    )
+    want_q, want_s = oracle.group_quant(x, 64, torch.int8, 1e-10, False)
+    assert torch.equal(out.cpu(), want_q) and torch.equal(scales.cpu(), want_s)

@@ -1,0 +1,63 @@
+"""Conformance: state-block copies and zeroing touch exactly the named blocks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plugin_api.contract import OpFamily
+from plugin_api.ops.provenance import record_ops
+from plugin_api.ops.state import StateSpec, copy_state_blocks, zero_state_blocks
+
+from .plugin import own_or_skip
+
+# A small Mamba2-like group: conv state [conv_dim, d_conv - 1], SSM state [heads, head_dim, N].
+SHAPES = [((40, 3), (4, 8, 16))]
+
+
+def _states(device, dtypes, blocks=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn((blocks, *shape), generator=g).to(dt).to(device)
+        for shape, dt in zip(SHAPES[0], dtypes, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float16),
+        (torch.float32, torch.float32),
+    ],
+    ids=["bf16+fp32", "fp16", "fp32"],
+)
+def test_copy_blocks(plugin_api_backend, kit_device, dtypes):
+    states = _states(kit_device, dtypes)
+    own_or_skip(
+        plugin_api_backend, OpFamily.STATE, StateSpec(tuple(t.shape[1:] for t in states), dtypes)
+    )
+    before = [t.clone() for t in states]
+    src, dst = torch.tensor([0, 3, 7]), torch.tensor([5, 1, 11])
+    with record_ops() as calls:
+        copy_state_blocks(states, src, dst, backend=plugin_api_backend)
+    assert len(calls) == 1 and not calls[0].fallback
+    for t, b in zip(states, before, strict=True):
+        expect = b.clone()
+        for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+            expect[d] = b[s]
+        assert torch.equal(t, expect)
+
+
+def test_zero_blocks(plugin_api_backend, kit_device):
+    dtypes = (torch.bfloat16, torch.float32)
+    states = _states(kit_device, dtypes, seed=1)
+    own_or_skip(
+        plugin_api_backend, OpFamily.STATE, StateSpec(tuple(t.shape[1:] for t in states), dtypes)
+    )
+    before = [t.clone() for t in states]
+    zero_state_blocks(states, torch.tensor([2, 9]), backend=plugin_api_backend)
+    for t, b in zip(states, before, strict=True):
+        expect = b.clone()
+        expect[[2, 9]] = 0
+        assert torch.equal(t, expect)

@@ -1,0 +1,51 @@
+"""The pluggy hooks between the host and a plugin's ``hooks`` module.
+
+pluggy checks every hookimpl's argument names against these specs when the plugin registers, so a
+drifted signature fails at load time with the offending function named, not at the first call.
+Selection is the host's own logic (see ``selection``), never pluggy's call order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .contract import Availability, OpFamily
+    from .device_info import DeviceInfo
+
+PROJECT = "plugin_api"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# Hooks every plugin must implement; a plugin missing one fails at registration.
+REQUIRED_HOOKS = ("plugin_api_probe", "plugin_api_implementations")
+
+
+@hookspec(firstresult=True)
+def plugin_api_probe(info: DeviceInfo) -> Availability:  # type: ignore[empty-body]
+    """Decide whether the backend can run on the machine ``info`` describes.
+
+    A pure function of ``info``: it must not touch hardware, so that what-if planning and tests
+    can pass a ``DeviceInfo`` for hardware that is not present.
+    """
+
+
+@hookspec(firstresult=True)
+def plugin_api_implementations(family: OpFamily) -> Sequence[object]:  # type: ignore[empty-body]
+    """The plugin's implementations of op family ``family``, best first.
+
+    Called only for the selected backend, and only for families its descriptor lists. This is
+    where heavy modules (extensions, triton, flashinfer) may be imported.
+    """
+
+
+@hookspec(firstresult=True)
+def plugin_api_machine_facts() -> Mapping[str, str]:  # type: ignore[empty-body]
+    """Optional: facts about the real machine that the probe needs and ``DeviceInfo`` lacks.
+
+    E.g. whether the oneDNN at a user-given path was built with ACL. Keys are namespaced by the
+    backend id (``"cpu-arm-acl.onednn"``). Called only on the real machine, never for what-if.
+    """

@@ -1,0 +1,1 @@
+"""The four op families (contract, validation, host entry points) and what they share."""

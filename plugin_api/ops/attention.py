@@ -1,0 +1,555 @@
+"""Paged attention: the spec, per-step batch metadata, the implementation protocol, input checks,
+and the host entry point ``Attention`` (plan once per batch, run per layer).
+
+KV cache layout (every backend): ``[num_blocks, 2, num_kv_heads, block_size, head_size]``;
+index 1 selects K (0) or V (1). The exact math is in docs/ops.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from ..contract import OpFamily
+from . import checks
+from .decision import Decision, ImplPath
+from .graphs import GraphSupport
+from .provenance import Provenance, note
+
+if TYPE_CHECKING:
+    from ..backend import Backend
+    from ..device_info import DeviceInfo
+
+OP = "attention"
+MODEL_DTYPES = frozenset({torch.bfloat16, torch.float16, torch.float32})
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+KV_DTYPES = MODEL_DTYPES | {FP8}
+_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", FP8: "fp8"}
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSpec:
+    """Everything about an attention layer that is fixed for the model's lifetime.
+
+    ``dtype`` is the model dtype (K/V inputs and the output). ``query_dtype`` defaults to it.
+    ``kv_cache_dtype`` defaults to it; ``torch.float8_e4m3fn`` stores K/V scaled by per-layer
+    fp32 scales. ``kv_sharing``: the layer reads another layer's cache and is called with
+    ``key=None, value=None``. ``scale`` defaults to ``1/sqrt(head_size)``.
+    """
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype = torch.bfloat16
+    kv_cache_dtype: torch.dtype | None = None
+    block_size: int = 16
+    sliding_window: int | None = None
+    logits_soft_cap: float | None = None
+    has_sinks: bool = False
+    causal: bool = True
+    kv_sharing: bool = False
+    query_dtype: torch.dtype | None = None
+    dcp_size: int = 1
+    num_speculative_tokens: int = 0
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        op = "AttentionSpec"
+        checks.positive_int(op, "num_heads", self.num_heads)
+        checks.positive_int(op, "num_kv_heads", self.num_kv_heads)
+        checks.positive_int(op, "head_size", self.head_size)
+        checks.positive_int(op, "block_size", self.block_size)
+        checks.positive_int(op, "dcp_size", self.dcp_size)
+        checks.positive_int(op, "num_speculative_tokens", self.num_speculative_tokens, minimum=0)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"{op}: num_heads={self.num_heads} is not a multiple of "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.dtype not in MODEL_DTYPES:
+            raise TypeError(f"{op}: dtype={self.dtype} must be bf16, fp16 or fp32")
+        if self.kv_cache_dtype is not None and self.kv_cache_dtype not in KV_DTYPES:
+            raise TypeError(f"{op}: kv_cache_dtype={self.kv_cache_dtype} is not supported")
+        if self.query_dtype is not None and self.query_dtype not in KV_DTYPES:
+            raise TypeError(f"{op}: query_dtype={self.query_dtype} is not supported")
+        if self.sliding_window is not None:
+            checks.positive_int(op, "sliding_window", self.sliding_window)
+            if not self.causal:
+                raise ValueError(f"{op}: non-causal attention with a sliding window is undefined")
+        if self.logits_soft_cap is not None and not self.logits_soft_cap > 0:
+            raise ValueError(f"{op}: logits_soft_cap={self.logits_soft_cap} must be > 0")
+        if self.scale is not None and not (self.scale > 0 and math.isfinite(self.scale)):
+            raise ValueError(f"{op}: scale={self.scale} must be a positive finite number")
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return self.kv_cache_dtype or self.dtype
+
+    @property
+    def q_dtype(self) -> torch.dtype:
+        return self.query_dtype or self.dtype
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_size)
+
+    @property
+    def fp8_kv(self) -> bool:
+        return self.cache_dtype == FP8
+
+    def describe(self) -> str:
+        parts = [f"h{self.num_heads}/kv{self.num_kv_heads}/d{self.head_size}", _SHORT[self.dtype]]
+        if self.cache_dtype != self.dtype:
+            parts.append(f"kv={_SHORT[self.cache_dtype]}")
+        if self.q_dtype != self.dtype:
+            parts.append(f"q={_SHORT[self.q_dtype]}")
+        parts.append(f"block={self.block_size}")
+        if self.sliding_window:
+            parts.append(f"window={self.sliding_window}")
+        if self.logits_soft_cap:
+            parts.append(f"softcap={self.logits_soft_cap:g}")
+        if self.has_sinks:
+            parts.append("sinks")
+        if not self.causal:
+            parts.append("non-causal")
+        if self.kv_sharing:
+            parts.append("kv-sharing")
+        if self.num_speculative_tokens:
+            parts.append(f"spec={self.num_speculative_tokens}")
+        if self.dcp_size > 1:
+            parts.append(f"dcp={self.dcp_size}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class KVCache:
+    """A layer's paged cache ``data`` ``[num_blocks, 2, num_kv_heads, block_size, head_size]``
+    with the fp32 scales of an fp8 cache (1.0 otherwise)."""
+
+    data: torch.Tensor
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.data.shape[0])
+
+
+def kv_cache_shape(spec: AttentionSpec, num_blocks: int) -> tuple[int, int, int, int, int]:
+    return (num_blocks, 2, spec.num_kv_heads, spec.block_size, spec.head_size)
+
+
+def allocate_kv_cache(
+    spec: AttentionSpec,
+    num_blocks: int,
+    device: torch.device | str,
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> KVCache:
+    checks.positive_int("allocate_kv_cache", "num_blocks", num_blocks)
+    data = torch.zeros(kv_cache_shape(spec, num_blocks), dtype=spec.cache_dtype, device=device)
+    return KVCache(data, k_scale, v_scale)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionBatch:
+    """One step's metadata, as the scheduler produces it (CPU int tensors).
+
+    - ``query_start_loc`` int32 ``[num_seqs + 1]``: cumulative query offsets, from 0.
+    - ``seq_lens`` int32 ``[num_seqs]``: tokens in the cache per sequence after this step's write.
+    - ``block_table`` int32 ``[num_seqs, max_blocks]``: physical block of each logical block.
+    - ``slot_mapping`` int64 ``[num_tokens]``: cache slot of each new token, -1 to skip it.
+    - ``num_decodes``: the first ``num_decodes`` sequences are decodes (query length at most
+      ``1 + num_speculative_tokens``); the rest are prefills.
+    """
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    num_decodes: int = 0
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.seq_lens.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.query_start_loc[-1])
+
+    @property
+    def query_lens(self) -> torch.Tensor:
+        return self.query_start_loc[1:] - self.query_start_loc[:-1]
+
+    @classmethod
+    def from_lists(
+        cls,
+        *,
+        query_lens: list[int],
+        seq_lens: list[int],
+        block_table: list[list[int]],
+        slot_mapping: list[int],
+        num_decodes: int = 0,
+    ) -> AttentionBatch:
+        width = max((len(r) for r in block_table), default=0)
+        table = torch.zeros((len(block_table), max(width, 1)), dtype=torch.int32)
+        for i, row in enumerate(block_table):
+            table[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
+        qsl = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+        qsl[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
+        return cls(
+            query_start_loc=qsl,
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+            block_table=table,
+            slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64),
+            num_decodes=num_decodes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeLayout:
+    """How decode queries are shaped this step: uniform (``q_len_per_req``) or ragged."""
+
+    num_decodes: int
+    num_decode_tokens: int
+    uniform: bool
+    q_len_per_req: int | None
+    reason: str
+
+
+def decode_layout(batch: AttentionBatch) -> DecodeLayout:
+    """Uniform when every decode request has the same query length, else ragged. CPU only."""
+    n = batch.num_decodes
+    lens = batch.query_lens[:n]
+    tokens = int(lens.sum()) if n else 0
+    if n == 0:
+        return DecodeLayout(0, 0, True, None, "no decode requests this step")
+    first = int(lens[0])
+    if bool((lens == first).all()):
+        return DecodeLayout(n, tokens, True, first, f"all {n} decodes have {first} query token(s)")
+    lo, hi = int(lens.min()), int(lens.max())
+    return DecodeLayout(
+        n, tokens, False, None, f"decode query lengths vary ({lo}..{hi}): ragged offsets"
+    )
+
+
+def validate_batch(spec: AttentionSpec, batch: AttentionBatch) -> int:
+    """Check ``batch`` against ``spec``; return the largest physical block id it uses."""
+    op = "attention.plan"
+    if not isinstance(batch, AttentionBatch):
+        raise TypeError(f"{op}: batch must be an AttentionBatch, got {type(batch).__name__}")
+    cpu = torch.device("cpu")
+    i32 = {torch.int32}
+    seq_lens = checks.tensor(op, "batch.seq_lens", batch.seq_lens, dtypes=i32, ndim=1, device=cpu)
+    n = int(seq_lens.shape[0])
+    qsl = checks.tensor(
+        op, "batch.query_start_loc", batch.query_start_loc, dtypes=i32, shape=(n + 1,), device=cpu
+    )
+    table = checks.tensor(
+        op, "batch.block_table", batch.block_table, dtypes=i32, ndim=2, device=cpu
+    )
+    if table.shape[0] != n:
+        raise ValueError(f"{op}: batch.block_table has {table.shape[0]} rows for {n} sequences")
+    slots = checks.tensor(
+        op, "batch.slot_mapping", batch.slot_mapping, dtypes={torch.int64}, ndim=1, device=cpu
+    )
+    if n and int(qsl[0]) != 0:
+        raise ValueError(f"{op}: batch.query_start_loc[0]={int(qsl[0])}, must be 0")
+    qlens = qsl[1:] - qsl[:-1]
+    if n and int(qlens.min()) < 1:
+        bad = int((qlens < 1).nonzero()[0])
+        raise ValueError(f"{op}: batch.query_start_loc gives sequence {bad} no query tokens")
+    if n and bool((seq_lens < qlens).any()):
+        bad = int((seq_lens < qlens).nonzero()[0])
+        raise ValueError(
+            f"{op}: batch.seq_lens[{bad}]={int(seq_lens[bad])} is shorter than its query "
+            f"length {int(qlens[bad])}"
+        )
+    tokens = int(qsl[-1]) if n else 0
+    if slots.shape[0] < tokens:
+        raise ValueError(
+            f"{op}: batch.slot_mapping has {slots.shape[0]} entries for {tokens} tokens"
+        )
+    if not 0 <= batch.num_decodes <= n:
+        raise ValueError(f"{op}: batch.num_decodes={batch.num_decodes} not in [0, {n}]")
+    limit = 1 + spec.num_speculative_tokens
+    if batch.num_decodes and int(qlens[: batch.num_decodes].max()) > limit:
+        raise ValueError(
+            f"{op}: a decode request has {int(qlens[: batch.num_decodes].max())} query tokens; "
+            f"decodes carry at most 1 + num_speculative_tokens = {limit} (decodes come first)"
+        )
+    bs = spec.block_size
+    if n:
+        needed = (seq_lens + bs - 1) // bs
+        if int(needed.max()) > table.shape[1]:
+            raise ValueError(
+                f"{op}: batch.block_table has {table.shape[1]} columns; a sequence of "
+                f"{int(seq_lens.max())} tokens needs {int(needed.max())} blocks of {bs}"
+            )
+        cols = torch.arange(table.shape[1]).unsqueeze(0)
+        used = table[cols < needed.unsqueeze(1)]
+        if used.numel() and int(used.min()) < 0:
+            raise ValueError(f"{op}: batch.block_table holds a negative block id in a used entry")
+        max_block = int(used.max()) if used.numel() else -1
+    else:
+        max_block = -1
+    real = slots[:tokens]
+    if real.numel() and int(real.min()) < -1:
+        raise ValueError(f"{op}: batch.slot_mapping holds {int(real.min())}; slots are >= 0 or -1")
+    written = real[real >= 0]
+    if torch.unique(written).numel() != written.numel():
+        raise ValueError(f"{op}: batch.slot_mapping writes one slot twice")
+    max_slot = int(real.max()) if real.numel() else -1
+    return max(max_block, max_slot // bs if max_slot >= 0 else -1)
+
+
+class AttentionImplementation(Protocol):
+    """What a backend implements for attention. The host has validated every input."""
+
+    name: str
+    path: ImplPath
+
+    def supports(self, spec: AttentionSpec, info: DeviceInfo) -> Decision: ...
+
+    def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport: ...
+
+    def plan(
+        self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: Any
+    ) -> Any:
+        """Build device-side metadata for one step (once per batch, shared by layers).
+
+        ``reuse`` is an earlier plan of this implementation or None. An implementation whose
+        ``graph_support`` is above NEVER must then write into ``reuse``'s buffers (a captured
+        graph keeps reading them) and expose them as ``plan.buffers() -> dict[str, Tensor]``.
+        """
+        ...
+
+    def write_kv(
+        self,
+        spec: AttentionSpec,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: KVCache,
+        plan: Any,
+    ) -> None:
+        """Store this step's K/V ``[num_tokens, num_kv_heads, head_size]`` at the plan's slots."""
+        ...
+
+    def forward(
+        self,
+        spec: AttentionSpec,
+        query: torch.Tensor,
+        kv_cache: KVCache,
+        plan: Any,
+        sinks: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        """Attend ``query`` ``[num_tokens, num_heads, head_size]`` into ``out`` (same shape)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPlan:
+    """The host's handle for one step: the validated batch and the implementation's plan."""
+
+    spec: AttentionSpec
+    batch: AttentionBatch
+    impl_plan: Any
+    num_tokens: int
+    max_block_id: int
+    decode: DecodeLayout
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+class Attention:
+    """Attention for one ``AttentionSpec``, resolved on a backend.
+
+    ``plan(batch)`` once per step, then ``run(...)`` per layer. ``provenance`` names the
+    implementation that runs (and whether it is a fallback).
+    """
+
+    def __init__(self, spec: AttentionSpec, backend: Backend | None = None) -> None:
+        from ..backend import current_backend
+
+        if not isinstance(spec, AttentionSpec):
+            raise TypeError(f"attention: spec must be an AttentionSpec, got {type(spec).__name__}")
+        self.spec = spec
+        self.backend = backend or current_backend()
+        self.impl, self.provenance = self.backend.resolve(OpFamily.ATTENTION, spec)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.backend.device_type)
+
+    def graph_support(self) -> GraphSupport:
+        return self.impl.graph_support(self.spec, self.backend.info)
+
+    def allocate_kv_cache(
+        self, num_blocks: int, *, k_scale: float = 1.0, v_scale: float = 1.0
+    ) -> KVCache:
+        return allocate_kv_cache(
+            self.spec, num_blocks, self.device, k_scale=k_scale, v_scale=v_scale
+        )
+
+    def plan(self, batch: AttentionBatch, *, reuse: AttentionPlan | None = None) -> AttentionPlan:
+        """Validate ``batch`` and build this step's plan. ``reuse`` (an earlier plan of this
+        op) lets graph-capable implementations refill the same buffers."""
+        max_block = validate_batch(self.spec, batch)
+        layout = decode_layout(batch)
+        if reuse is not None and (not isinstance(reuse, AttentionPlan) or reuse.spec != self.spec):
+            raise TypeError("attention.plan: reuse must be a plan of this Attention")
+        prior = reuse.impl_plan if reuse is not None else None
+        impl_plan = self.impl.plan(self.spec, batch, self.device, prior)
+        return AttentionPlan(
+            self.spec,
+            batch,
+            impl_plan,
+            batch.num_tokens if batch.num_seqs else 0,
+            max_block,
+            layout,
+            self.device,
+        )
+
+    def run(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        kv_cache: KVCache,
+        plan: AttentionPlan,
+        *,
+        sinks: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Write this step's K/V into ``kv_cache`` (unless KV-sharing) and attend.
+
+        - ``query`` ``[T, num_heads, head_size]`` in ``spec.q_dtype``; ``T`` may exceed the
+          batch's token count (padding rows, never read back).
+        - ``key``/``value`` ``[T, num_kv_heads, head_size]`` in ``spec.dtype``, or both None
+          for a KV-sharing layer (which then writes nothing).
+        - ``sinks`` ``[num_heads]`` fp32, required iff ``spec.has_sinks``.
+        - ``out`` ``[T, num_heads, head_size]`` in ``spec.dtype``; allocated when None.
+        """
+        self._check_run(query, key, value, kv_cache, plan, sinks, out)
+        if out is None:
+            out = torch.empty(query.shape, dtype=self.spec.dtype, device=query.device)
+        if key is not None and value is not None:
+            self.impl.write_kv(self.spec, key, value, kv_cache, plan.impl_plan)
+        self.impl.forward(self.spec, query, kv_cache, plan.impl_plan, sinks, out)
+        note(self.provenance)
+        return out
+
+    def _check_run(
+        self,
+        query: object,
+        key: object,
+        value: object,
+        kv_cache: object,
+        plan: object,
+        sinks: object,
+        out: object,
+    ) -> None:
+        op, s = "attention.run", self.spec
+        if not isinstance(plan, AttentionPlan) or plan.spec != s:
+            raise TypeError(f"{op}: plan must come from plan() of this Attention")
+        if not isinstance(kv_cache, KVCache):
+            raise TypeError(f"{op}: kv_cache must be a KVCache, got {type(kv_cache).__name__}")
+        q = checks.tensor(op, "query", query, dtypes={s.q_dtype}, ndim=3, contiguous=True)
+        t, dev = q.shape[0], q.device
+        checks.tensor(op, "query", q, shape=(None, s.num_heads, s.head_size))
+        if t < plan.num_tokens:
+            raise ValueError(f"{op}: query has {t} rows, the plan has {plan.num_tokens} tokens")
+        if not checks.same_device(dev, plan.device):
+            raise ValueError(f"{op}: query is on {dev}, the backend runs on {plan.device}")
+        if s.kv_sharing:
+            if key is not None or value is not None:
+                raise ValueError(
+                    f"{op}: spec.kv_sharing is set, so key and value must be None "
+                    "(the layer reads the shared cache and writes nothing)"
+                )
+        else:
+            if key is None or value is None:
+                which = "key" if key is None else "value"
+                raise ValueError(
+                    f"{op}: {which} is None but the spec is not a KV-sharing layer "
+                    "(set AttentionSpec.kv_sharing=True for layers that reuse another cache)"
+                )
+            kv_shape = (None, s.num_kv_heads, s.head_size)
+            for name, x in (("key", key), ("value", value)):
+                xt = checks.tensor(op, name, x, dtypes={s.dtype}, shape=kv_shape, device=dev)
+                if xt.shape[0] < plan.num_tokens:
+                    raise ValueError(
+                        f"{op}: {name} has {xt.shape[0]} rows, the plan has {plan.num_tokens}"
+                    )
+                if xt.stride(-1) != 1:
+                    raise ValueError(f"{op}: {name} must have a contiguous last dim")
+        cache = checks.tensor(
+            op,
+            "kv_cache.data",
+            kv_cache.data,
+            dtypes={s.cache_dtype},
+            shape=(None, 2, s.num_kv_heads, s.block_size, s.head_size),
+            device=dev,
+            contiguous=True,
+        )
+        if plan.max_block_id >= cache.shape[0]:
+            raise ValueError(
+                f"{op}: the batch uses block {plan.max_block_id}, kv_cache has {cache.shape[0]}"
+            )
+        for name, v in (
+            ("kv_cache.k_scale", kv_cache.k_scale),
+            ("kv_cache.v_scale", kv_cache.v_scale),
+        ):
+            if not (isinstance(v, float | int) and v > 0 and math.isfinite(v)):
+                raise ValueError(f"{op}: {name}={v!r} must be a positive finite float")
+            if not s.fp8_kv and v != 1.0:
+                raise ValueError(
+                    f"{op}: {name}={v} is set but the cache is not fp8 (would be unused)"
+                )
+        if s.has_sinks:
+            if sinks is None:
+                raise ValueError(f"{op}: spec.has_sinks is set, so sinks [num_heads] is required")
+            checks.tensor(
+                op,
+                "sinks",
+                sinks,
+                dtypes={torch.float32},
+                shape=(s.num_heads,),
+                device=dev,
+                contiguous=True,
+            )
+        elif sinks is not None:
+            raise ValueError(f"{op}: sinks given but spec.has_sinks is False (would be ignored)")
+        if out is not None:
+            o = checks.tensor(
+                op, "out", out, dtypes={s.dtype}, shape=tuple(q.shape), device=dev, contiguous=True
+            )
+            if o.data_ptr() == q.data_ptr():
+                raise ValueError(f"{op}: out must not alias query")
+
+
+def attention(spec: AttentionSpec, backend: Backend | None = None) -> Attention:
+    """Resolve attention for ``spec`` on ``backend`` (default: the selected backend)."""
+    return Attention(spec, backend)
+
+
+__all__ = [
+    "Attention",
+    "AttentionBatch",
+    "AttentionImplementation",
+    "AttentionPlan",
+    "AttentionSpec",
+    "DecodeLayout",
+    "KVCache",
+    "Provenance",
+    "allocate_kv_cache",
+    "attention",
+    "decode_layout",
+    "kv_cache_shape",
+    "validate_batch",
+]

@@ -1,0 +1,1 @@
+"""The ``reference`` backend: eager torch, every feature of every op family, the oracle."""

@@ -1,0 +1,1 @@
+"""plugin-api backend for Arm CPUs through oneDNN + ACL. Entry point: ``descriptor``."""

@@ -1,0 +1,14 @@
+"""Static facts about the ``cpu-arm-acl`` backend. Importing this builds and loads nothing."""
+
+from plugin_api.contract import BackendDescriptor
+
+DESCRIPTOR = BackendDescriptor(
+    id="cpu-arm-acl",
+    host_api=">=1.0,<2",
+    priority=10,
+    families=(),
+    device_kinds=("cpu",),
+    hooks="plugin_api_cpu_arm_acl.hooks",
+    summary="Arm CPUs (Graviton, Neoverse) through oneDNN with ACL; x86 oneDNN experimental",
+    libraries=("onednn-cpu-gomp",),
+)

@@ -1,0 +1,1 @@
+"""plugin-api backend for NVIDIA Hopper (SM90). Entry point: ``descriptor``."""

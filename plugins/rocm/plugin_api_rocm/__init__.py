@@ -1,0 +1,1 @@
+"""plugin-api backend for AMD GPUs through ROCm. Entry point: ``descriptor``."""

@@ -1,0 +1,22 @@
+"""pluggy hookimpls of the ``rocm`` backend. Light: heavy modules load inside the hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from plugin_api.contract import Availability, OpFamily
+from plugin_api.device_info import DeviceInfo
+from plugin_api.hookspecs import hookimpl
+
+from .probe import probe
+
+
+@hookimpl
+def plugin_api_probe(info: DeviceInfo) -> Availability:
+    return probe(info)
+
+
+@hookimpl
+def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
+    # No op kernels yet: the descriptor lists no families, so the host never asks.
+    raise LookupError(f"rocm provides no {family} implementations yet")

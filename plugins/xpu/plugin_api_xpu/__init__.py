@@ -1,0 +1,1 @@
+"""plugin-api backend for Intel GPUs through upstream torch.xpu. Entry point: ``descriptor``."""

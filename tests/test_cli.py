@@ -1,0 +1,167 @@
+"""The CLI as a user runs it: separate processes, real environment variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .distributions import write_plugin
+
+ALL_IDS = {"reference", "cpu-arm-acl", "xpu", "cuda-sm90", "rocm"}
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
+    return subprocess.run(
+        [sys.executable, "-m", "plugin_api", *args],
+        capture_output=True,
+        text=True,
+        env=base | (env or {}),
+        timeout=120,
+    )
+
+
+def test_doctor_json_on_this_machine():
+    r = cli("doctor", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["selection"]["backend"] == "reference"
+    assert {p["id"] for p in data["plugins"]} == ALL_IDS
+    for p in data["plugins"]:
+        assert p["state"] in ("validated", "experimental", "unavailable") and p["reasons"], p
+    layers = [layer for m in data["ops"] for layer in m["layers"]]
+    assert {layer["family"] for layer in layers} == {"attention", "gemm", "quant", "state"}
+    for layer in layers:
+        assert layer["chosen"]["path"] == "reference", layer
+        if layer["family"] == "attention":
+            assert layer["graph"]["level"] == "NEVER" and layer["graph"]["reason"]
+
+
+def test_doctor_text_is_readable():
+    r = cli("doctor")
+    assert r.returncode == 0
+    assert "chosen: reference on cpu (validated)" in r.stdout
+    assert "CUDA graphs for the model: NEVER" in r.stdout
+
+
+def test_named_backend_unavailable_exits_with_probe_reasons():
+    r = cli("doctor", env={"PLUGIN_API_BACKEND": "cuda-sm90"})
+    assert r.returncode == 1
+    assert "PLUGIN_API_BACKEND='cuda-sm90' is unavailable here (no fallback is made)" in r.stdout
+    assert "is not a CUDA build" in r.stdout
+
+
+def test_unknown_backend_lists_installed_ids():
+    r = cli("doctor", env={"PLUGIN_API_BACKEND": "nosuch"})
+    assert r.returncode == 1
+    assert "PLUGIN_API_BACKEND='nosuch' is not installed. Installed: cpu-arm-acl, cuda-sm90, " in (
+        r.stdout
+    )
+    assert "reference, rocm, xpu." in r.stdout
+
+
+def test_unknown_variable_is_refused():
+    r = cli("doctor", env={"PLUGIN_API_BACKNED": "xpu"})
+    assert r.returncode == 2
+    assert "Did you mean PLUGIN_API_BACKEND?" in r.stderr
+
+
+def test_what_if_h200():
+    r = cli("doctor", "--json", "--device-info", "h200")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["what_if"] is True
+    cuda = next(p for p in data["plugins"] if p["id"] == "cuda-sm90")
+    assert cuda["hardware"]["status"] == "validated"  # the hardware verdict, before kernels
+
+
+def test_what_if_from_a_file(tmp_path: Path):
+    from plugin_api.machines import MACHINES
+
+    f = tmp_path / "mi300x.json"
+    f.write_text(MACHINES["mi300x"].to_json())
+    data = json.loads(cli("list", "--json", "--device-info", str(f)).stdout)
+    rocm = next(p for p in data["plugins"] if p["id"] == "rocm")
+    assert rocm["hardware"]["status"] == "validated"
+
+
+def test_bad_device_info_file(tmp_path: Path):
+    f = tmp_path / "x.json"
+    f.write_text('{"machine": "x86_64", "gpu": "H200"}')
+    r = cli("doctor", "--device-info", str(f))
+    assert r.returncode == 2 and "unknown keys ['gpu']" in r.stderr
+
+
+def test_list_json():
+    data = json.loads(cli("list", "--json").stdout)
+    assert {p["id"] for p in data["plugins"]} == ALL_IDS
+    assert data["host"]["api"] == "1.0"
+
+
+def test_check_json_runs_the_kit_and_reports_ops():
+    r = cli("check", "--json")
+    assert r.returncode == 0, r.stdout[-2000:]
+    data = json.loads(r.stdout)
+    assert data["passed"] and data["backend"] == "reference"
+    assert set(data["families"]) == {"attention", "gemm", "quant", "state"}
+    assert all(k.startswith("reference:") for p in data["paths"].values() for k in p)
+    assert data["ops"][0]["layers"][0]["graph"]["level"] == "NEVER"
+
+
+SELECT = """
+import json, warnings, plugin_api
+from plugin_api.selection import current
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    sel = plugin_api.select_backend()
+    plugin_api.select_backend()
+print(json.dumps({"selection": sel.to_json(), "warnings": [str(x.message) for x in w],
+                  "probed": [r.id for r in current().registry.records if r.probe is not None]}))
+"""
+
+
+def run_select(env: dict[str, str], site: Path | None = None) -> dict:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
+    if site is not None:
+        base["PYTHONPATH"] = str(site)
+    r = subprocess.run(
+        [sys.executable, "-c", SELECT], capture_output=True, text=True, env=base | env, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_serialised_selection_is_reused_without_probing():
+    first = run_select({})
+    assert "reference" in first["probed"]
+    second = run_select({"PLUGIN_API_SELECTION": first["selection"]})
+    assert second["selection"] == first["selection"]
+    assert second["probed"] == []
+
+
+def test_stale_serialised_selection_is_refused():
+    first = json.loads(run_select({})["selection"])
+    first["host_api"] = "0.9"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
+    r = subprocess.run(
+        [sys.executable, "-c", SELECT],
+        capture_output=True,
+        text=True,
+        env=base | {"PLUGIN_API_SELECTION": json.dumps(first)},
+    )
+    assert r.returncode != 0 and "made by host API 0.9" in r.stderr
+
+
+@pytest.mark.parametrize("status", ["experimental"])
+def test_experimental_backend_warns_once(tmp_path: Path, status: str):
+    site = tmp_path / "site"
+    site.mkdir()
+    write_plugin(site, dist="fx-exp", backend_id="fx-exp", package="fx_exp", status=status)
+    out = run_select({"PLUGIN_API_BACKEND": "fx-exp"}, site)
+    assert json.loads(out["selection"])["backend"] == "fx-exp"
+    assert out["warnings"] == ["fx-exp is experimental on this machine (runs, not validated)"]
