@@ -175,9 +175,16 @@ def _check_bias(op: str, bias: object, spec: GemmSpec, device: torch.device) -> 
     checks.tensor(op, "bias", bias, dtypes=allowed, shape=(spec.n,), device=device, contiguous=True)
 
 
-def _check_x(op: str, name: str, x: object, dtype: torch.dtype, packed: PackedWeight) -> int:
+def _check_packed(op: str, packed: object, *, scaled: bool) -> PackedWeight:
     if not isinstance(packed, PackedWeight):
         raise TypeError(f"{op}: packed must come from gemm.prepare, got {type(packed).__name__}")
+    if packed.spec.scaled != scaled:
+        other = "gemm.scaled_mm" if packed.spec.scaled else "gemm.mm"
+        raise TypeError(f"{op}: packed holds a {packed.spec.weight_dtype} weight; call {other}")
+    return packed
+
+
+def _check_x(op: str, name: str, x: object, dtype: torch.dtype, packed: PackedWeight) -> int:
     t = checks.tensor(
         op, name, x, dtypes={dtype}, shape=(None, packed.spec.k), device=packed.device
     )
@@ -194,8 +201,7 @@ def mm(
 ) -> torch.Tensor:
     """``x`` ``[M, K]`` (the weight's dtype) @ W^T (+ ``bias`` ``[N]``) -> ``[M, N]``."""
     op = "gemm.mm"
-    if isinstance(packed, PackedWeight) and packed.spec.scaled:
-        raise TypeError(f"{op}: this weight is int8; call gemm.scaled_mm")
+    packed = _check_packed(op, packed, scaled=False)
     m = _check_x(op, "x", x, packed.spec.weight_dtype, packed)
     spec = packed.spec
     if bias is not None:
@@ -219,8 +225,7 @@ def scaled_mm(
     """int8 ``x_q`` ``[M, K]`` with per-token ``x_scale`` ``[M]`` (or ``[M, 1]``) fp32, times an
     int8 prepared weight with per-channel scales -> ``[M, N]`` in the prepared ``out_dtype``."""
     op = "gemm.scaled_mm"
-    if isinstance(packed, PackedWeight) and not packed.spec.scaled:
-        raise TypeError(f"{op}: this weight is {packed.spec.weight_dtype}; call gemm.mm")
+    packed = _check_packed(op, packed, scaled=True)
     m = _check_x(op, "x_q", x_q, torch.int8, packed)
     spec = packed.spec
     s = checks.tensor(op, "x_scale", x_scale, dtypes={torch.float32}, device=packed.device)
