@@ -171,9 +171,31 @@ def read_device_info(libraries: tuple[str, ...] = ()) -> DeviceInfo:
 
 def installed_version(distribution: str) -> str | None:
     try:
-        return importlib_metadata.version(distribution)
+        dist = importlib_metadata.distribution(distribution)
     except importlib_metadata.PackageNotFoundError:
         return None
+    return dist_name_version(dist)[1]
+
+
+def dist_name_version(dist: importlib_metadata.Distribution | None) -> tuple[str, str]:
+    """Name and version of a distribution, read from the header lines of its METADATA (or
+    PKG-INFO) file: the full email parser costs more than discovering every plugin."""
+    if dist is None:
+        return "?", "?"
+    for filename in ("METADATA", "PKG-INFO"):
+        text = dist.read_text(filename)
+        if not text:
+            continue
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            if not line:
+                break  # the headers end at the first blank line
+            key, _, value = line.partition(":")
+            if key in ("Name", "Version") and key not in fields:
+                fields[key] = value.strip()
+        if len(fields) == 2:
+            return fields["Name"], fields["Version"]
+    return dist.name, dist.version
 
 
 def _read_cpu() -> tuple[str, frozenset[str]]:

@@ -28,7 +28,7 @@ import pluggy
 from . import hookspecs
 from ._version import HOST_API_VERSION, __version__
 from .contract import Availability, BackendDescriptor, OpFamily, Status
-from .device_info import DeviceInfo, read_device_info
+from .device_info import DeviceInfo, dist_name_version, read_device_info
 from .errors import SettingError
 from .settings import Settings
 
@@ -140,13 +140,8 @@ def discover() -> tuple[list[_Entry], list[PluginRecord]]:
     """Entry points of group ``plugin_api.backends``: usable entries, and id conflicts."""
     by_id: dict[str, list[_Entry]] = {}
     for ep in importlib_metadata.entry_points(group=GROUP):
-        dist = ep.dist
-        entry = _Entry(
-            id=ep.name,
-            distribution=dist.name if dist else "?",
-            version=dist.version if dist else "?",
-            module=ep.value,
-        )
+        name, version = dist_name_version(ep.dist)
+        entry = _Entry(id=ep.name, distribution=name, version=version, module=ep.value)
         by_id.setdefault(ep.name, []).append(entry)
     if REFERENCE_ID not in by_id:  # running from a source tree that was never installed
         by_id[REFERENCE_ID] = [_Entry(REFERENCE_ID, "plugin-api", __version__, _REFERENCE_EP)]
@@ -215,100 +210,127 @@ def _probe(pm: pluggy.PluginManager, desc: BackendDescriptor, info: DeviceInfo) 
     return result
 
 
-def _bounded(fn: Callable[[], T], timeout: float) -> tuple[T | None, Failure | None]:
-    """Run ``fn`` in a daemon thread; a hang costs ``timeout`` seconds, never the process.
+@dataclass
+class _Task:
+    """One plugin's work in one stage, run in its own daemon thread."""
 
-    The returned failure has an empty stage; the caller knows which stage it was running.
-    """
-    box: dict[str, object] = {}
+    fn: Callable[[], Any]
+    result: Any = None
+    error: BaseException | None = None
+    tb: str = ""
+    seconds: float = 0.0
+    thread: threading.Thread | None = None
 
-    def target() -> None:
+    def run(self) -> None:
+        started = time.perf_counter()
         try:
-            box["result"] = fn()
+            self.result = self.fn()
         except BaseException as e:  # a plugin's bug, recorded with its traceback
-            box["error"] = e
-            box["tb"] = traceback.format_exc()
+            self.error = e
+            self.tb = traceback.format_exc()
+        finally:
+            self.seconds = time.perf_counter() - started
 
-    thread = threading.Thread(target=target, daemon=True, name="plugin-api-load")
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        frame = sys._current_frames().get(thread.ident or -1)
-        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
-        hint = " (PLUGIN_API_PROBE_TIMEOUT); it was left running in a daemon thread"
-        return None, Failure("", f"did not finish within {timeout:g} s{hint}", stack)
-    if "error" in box:
-        e = box["error"]
-        return None, Failure("", f"{type(e).__name__}: {e}".strip(), str(box["tb"]))
-    return box["result"], None  # type: ignore[return-value]
+    def failure(self, timeout: float) -> Failure | None:
+        """None on success; the stage is filled in by the caller, who knows it."""
+        assert self.thread is not None
+        if self.thread.is_alive():
+            frame = sys._current_frames().get(self.thread.ident or -1)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+            hint = " (PLUGIN_API_PROBE_TIMEOUT); it was left running in a daemon thread"
+            return Failure("", f"did not finish within {timeout:g} s{hint}", stack)
+        if self.error is not None:
+            e = self.error
+            return Failure("", f"{type(e).__name__}: {e}".strip(), self.tb)
+        return None
 
 
-def _load_one(entry: _Entry, timeout: float) -> tuple[PluginRecord, pluggy.PluginManager | None]:
-    """Describe, check and register one plugin; probing comes later, once DeviceInfo is known."""
-    stage = ["describe"]
-    out: dict[str, object] = {}
-    started = time.perf_counter()
-
-    def work() -> None:
-        desc = _describe(entry)
-        out["desc"] = desc
-        stage[0] = "compat"
-        if not desc.supports_host(HOST_API_VERSION):
-            raise _Incompatible(
-                f"plugin {desc.id!r} supports host API {desc.host_api}; this host "
-                f"(plugin-api {__version__}) provides API {HOST_API_VERSION}. Install a "
-                f"{entry.distribution} release built for API {HOST_API_VERSION} "
-                "(no plugin code beyond its descriptor was imported)."
-            )
-        stage[0] = "register"
-        out["pm"] = _register(desc)
-
-    _, failure = _bounded(work, timeout)
-    desc = out.get("desc")
-    rec = PluginRecord(
-        id=entry.id,
-        distribution=entry.distribution,
-        version=entry.version,
-        module=entry.module,
-        descriptor=desc if isinstance(desc, BackendDescriptor) else None,
-    )
-    if failure is not None:
-        if stage[0] == "compat":  # our own message says it all; the traceback is noise
-            failure = Failure("", failure.message.removeprefix("_Incompatible: "))
-        return _finish(rec, started, failure=replace(failure, stage=stage[0])), None
-    pm = out["pm"]
-    assert isinstance(pm, pluggy.PluginManager)
-    return _finish(rec, started), pm
+def _run_bounded(tasks: Sequence[_Task], timeout: float) -> None:
+    """Run every task concurrently; a task that hangs costs ``timeout`` seconds in total, never
+    the process (its daemon thread is abandoned)."""
+    for task in tasks:
+        task.thread = threading.Thread(target=task.run, daemon=True, name="plugin-api-load")
+        task.thread.start()
+    deadline = time.monotonic() + timeout
+    for task in tasks:
+        assert task.thread is not None
+        task.thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class _Incompatible(Exception):
     pass
 
 
-def _finish(rec: PluginRecord, started: float, **changes: Any) -> PluginRecord:
-    return replace(rec, seconds=rec.seconds + time.perf_counter() - started, **changes)
+@dataclass
+class _Progress:
+    """How far one plugin's load got, so a failure names its stage."""
+
+    stage: str = "describe"
+    descriptor: BackendDescriptor | None = None
+
+
+def _load(entry: _Entry, progress: _Progress) -> pluggy.PluginManager:
+    """Describe, check and register one plugin."""
+    desc = progress.descriptor = _describe(entry)
+    progress.stage = "compat"
+    if not desc.supports_host(HOST_API_VERSION):
+        raise _Incompatible(
+            f"plugin {desc.id!r} supports host API {desc.host_api}; this host "
+            f"(plugin-api {__version__}) provides API {HOST_API_VERSION}. Install a "
+            f"{entry.distribution} release built for API {HOST_API_VERSION} "
+            "(no plugin code beyond its descriptor was imported)."
+        )
+    progress.stage = "register"
+    return _register(desc)
+
+
+def _load_all(
+    entries: Sequence[_Entry], timeout: float
+) -> tuple[list[PluginRecord], list[tuple[PluginRecord, pluggy.PluginManager]]]:
+    progress = [_Progress() for _ in entries]
+    tasks = [_Task(lambda e=e, p=p: _load(e, p)) for e, p in zip(entries, progress, strict=True)]
+    _run_bounded(tasks, timeout)
+    failed, loaded = [], []
+    for entry, prog, task in zip(entries, progress, tasks, strict=True):
+        rec = PluginRecord(
+            entry.id,
+            entry.distribution,
+            entry.version,
+            entry.module,
+            descriptor=prog.descriptor,
+            seconds=task.seconds,
+        )
+        failure = task.failure(timeout)
+        if failure is None:
+            loaded.append((rec, task.result))
+            continue
+        if prog.stage == "compat":  # our own message says it all; the traceback is noise
+            failure = Failure("", failure.message.removeprefix("_Incompatible: "))
+        failed.append(replace(rec, failure=replace(failure, stage=prog.stage)))
+    return failed, loaded
 
 
 def _machine_facts(
     loaded: list[tuple[PluginRecord, pluggy.PluginManager]], timeout: float
 ) -> tuple[dict[str, str], dict[str, Failure]]:
+    asking = [(rec, pm) for rec, pm in loaded if pm.hook.plugin_api_machine_facts.get_hookimpls()]
+    tasks = [_Task(lambda pm=pm: pm.hook.plugin_api_machine_facts()) for _, pm in asking]
+    _run_bounded(tasks, timeout)
     facts: dict[str, str] = {}
     failures: dict[str, Failure] = {}
-    for rec, pm in loaded:
-        if not pm.hook.plugin_api_machine_facts.get_hookimpls():
-            continue
-        result, failure = _bounded(lambda pm=pm: pm.hook.plugin_api_machine_facts(), timeout)
+    for (rec, _), task in zip(asking, tasks, strict=True):
+        failure = task.failure(timeout)
         if failure is not None:
             failures[rec.id] = replace(failure, stage="facts")
-        elif result:
-            facts.update({str(k): str(v) for k, v in dict(result).items()})
+        elif task.result:
+            facts.update({str(k): str(v) for k, v in dict(task.result).items()})
     return facts, failures
 
 
 def load_plugins(
     settings: Settings, info: DeviceInfo | None = None, *, probe: bool = True
 ) -> Registry:
-    """Discover, load and probe every allowed plugin.
+    """Discover, load and probe every allowed plugin (each stage concurrently, bounded).
 
     ``info`` is the machine to probe for; None reads the real one (after the descriptors are
     loaded, so that the library versions they ask for and their machine facts are included).
@@ -324,48 +346,42 @@ def load_plugins(
                 f"PLUGIN_API_PLUGINS names {', '.join(map(repr, unknown))}, which match no "
                 f"installed plugin. Installed: {', '.join(sorted(ids))}."
             )
+    allowed = settings.plugins | {REFERENCE_ID} if settings.plugins is not None else None
     records: list[PluginRecord] = list(conflicts)
-    loaded: list[tuple[PluginRecord, pluggy.PluginManager]] = []
-    for entry in entries:
-        if settings.plugins is not None and entry.id not in settings.plugins | {REFERENCE_ID}:
-            records.append(
-                PluginRecord(
-                    entry.id, entry.distribution, entry.version, entry.module, excluded=True
-                )
-            )
-            continue
-        rec, pm = _load_one(entry, settings.probe_timeout)
-        if pm is None:
-            records.append(rec)
-        else:
-            loaded.append((rec, pm))
+    records += [
+        PluginRecord(e.id, e.distribution, e.version, e.module, excluded=True)
+        for e in entries
+        if allowed is not None and e.id not in allowed
+    ]
+    failed, loaded = _load_all(
+        [e for e in entries if allowed is None or e.id in allowed], settings.probe_timeout
+    )
+    records += failed
     if not probe:
-        records.extend(rec for rec, _ in loaded)
-        return Registry(
-            tuple(records),
-            info or DeviceInfo(machine="(not read)"),
-            dict((rec.id, pm) for rec, pm in loaded),
-        )
-    fact_failures: dict[str, Failure] = {}
+        records += [rec for rec, _ in loaded]
+        managers = {rec.id: pm for rec, pm in loaded}
+        return Registry(tuple(records), info or DeviceInfo(machine="(not read)"), managers)
     if info is None:
         libs = tuple(lib for r, _ in loaded if r.descriptor for lib in r.descriptor.libraries)
         facts, fact_failures = _machine_facts(loaded, settings.probe_timeout)
         info = read_device_info(libs).with_facts(facts)
-    managers: dict[str, pluggy.PluginManager] = {}
-    for rec, pm in loaded:
-        if rec.id in fact_failures:
-            records.append(replace(rec, failure=fact_failures[rec.id]))
-            continue
-        started = time.perf_counter()
-        desc = rec.descriptor
-        assert desc is not None
-        result, failure = _bounded(
-            lambda pm=pm, d=desc: _probe(pm, d, info), settings.probe_timeout
-        )
+        records += [
+            replace(rec, failure=fact_failures[rec.id])
+            for rec, _ in loaded
+            if rec.id in fact_failures
+        ]
+        loaded = [(rec, pm) for rec, pm in loaded if rec.id not in fact_failures]
+    probed = info
+    tasks = [_Task(lambda pm=pm, d=rec.descriptor: _probe(pm, d, probed)) for rec, pm in loaded]
+    _run_bounded(tasks, settings.probe_timeout)
+    managers = {}
+    for (rec, pm), task in zip(loaded, tasks, strict=True):
+        took = rec.seconds + task.seconds
+        failure = task.failure(settings.probe_timeout)
         if failure is not None:
-            records.append(_finish(rec, started, failure=replace(failure, stage="probe")))
+            records.append(replace(rec, failure=replace(failure, stage="probe"), seconds=took))
         else:
-            records.append(_finish(rec, started, probe=result))
+            records.append(replace(rec, probe=task.result, seconds=took))
             managers[rec.id] = pm
     records.sort(key=lambda r: (r.id, r.distribution))
     return Registry(records=tuple(records), info=info, managers=managers)
