@@ -1,12 +1,12 @@
 """Static facts about the ``cpu-arm-acl`` backend. Importing this builds and loads nothing."""
 
-from plugin_api.contract import BackendDescriptor
+from plugin_api.contract import BackendDescriptor, OpFamily
 
 DESCRIPTOR = BackendDescriptor(
     id="cpu-arm-acl",
     host_api=">=1.0,<2",
     priority=10,
-    families=(),
+    families=(OpFamily.ATTENTION,),
     device_kinds=("cpu",),
     hooks="plugin_api_cpu_arm_acl.hooks",
     summary="Arm CPUs (Graviton, Neoverse) through oneDNN with ACL; x86 oneDNN experimental",

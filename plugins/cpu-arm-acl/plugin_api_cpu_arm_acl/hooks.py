@@ -18,5 +18,8 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 @hookimpl
 def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    # No op kernels yet: the descriptor lists no families, so the host never asks.
+    if family is OpFamily.ATTENTION:
+        from .attention import CpuPagedAttention
+
+        return (CpuPagedAttention(),)
     raise LookupError(f"cpu-arm-acl provides no {family} implementations yet")

@@ -1,0 +1,68 @@
+// Loads and reductions over at::vec::Vectorized<float>, the one vector type the attention kernels
+// use. The same source compiles per ISA (CPU_CAPABILITY=AVX2 / AVX512 on x86-64, the NEON
+// specialisation on aarch64); only the fp8 index load has an x86 fast path.
+#pragma once
+
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace pa_attn {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int kV = Vec::size();
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// fp8 e4m3 byte -> fp32, filled once at module load from c10's conversion (the definition).
+extern float g_fp8_table[256];
+void init_fp8_table();
+
+// kV consecutive elements at p, converted to fp32. fp8 yields the stored value (unscaled).
+inline Vec load_f32(const float* p) { return Vec::loadu(p); }
+
+inline Vec load_f32(const c10::BFloat16* p) {
+  Vec v;
+  at::vec::load_to_float(p, v);
+  return v;
+}
+
+inline Vec load_f32(const c10::Half* p) {
+  Vec v;
+  at::vec::load_to_float(p, v);
+  return v;
+}
+
+inline Vec load_f32(const c10::Float8_e4m3fn* p) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(p);
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  const auto idx = at::vec::convert_to_int32<uint8_t>(bytes);
+#else
+  alignas(64) int32_t tmp[kV];
+  for (int i = 0; i < kV; ++i) tmp[i] = bytes[i];
+  const auto idx = at::vec::Vectorized<int32_t>::loadu(tmp);
+#endif
+  return at::vec::gather<sizeof(float)>(g_fp8_table, idx);
+}
+
+inline float reduce_add(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
+}
+
+inline float reduce_max(const Vec& v) {
+  return at::vec::vec_reduce_all<float>(
+      [](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
+}
+
+// Asks for `bytes` starting at p to be brought towards L1 (the next K or V block of a request
+// lives at an unrelated address, out of the hardware prefetcher's sight).
+inline void prefetch(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
+}  // namespace pa_attn
