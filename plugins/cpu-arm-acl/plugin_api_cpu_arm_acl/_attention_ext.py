@@ -1,7 +1,9 @@
 """The CPU attention extension (``csrc/attention.cpp``): which ISA variant fits a machine, and
 building/loading it once.
 
-One source, compiled per ISA with torch's ``at::vec`` capability macros. A build is cached under
+One source, compiled per ISA with torch's ``at::vec`` capability macros into a shared library of
+plain C functions, called through ctypes (no pybind: the build takes seconds, not minutes; ctypes
+releases the GIL during each call). A build is cached under
 ``$XDG_CACHE_HOME/plugin-api/cpu-arm-acl`` (default ``~/.cache``) in a folder keyed by the
 sources, the torch version, the ISA and its flags, so it is built once per machine and reloaded
 without a compiler afterwards. A failed build raises ``ExtensionBuildError`` naming the log.
@@ -9,15 +11,13 @@ without a compiler afterwards. A failed build raises ``ExtensionBuildError`` nam
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
-import importlib.machinery
-import importlib.util
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from plugin_api.device_info import DeviceInfo
 from plugin_api.errors import PluginApiError
@@ -72,7 +72,8 @@ ISA_PATHS = (
         "at::vec 4 x fp32 (NEON)",
     ),
 )
-COMMON_CFLAGS = ("-O3", "-fvisibility=hidden", "-std=c++17")
+# -fopenmp: at::parallel_for is an OpenMP pragma in the headers; without it, one thread runs
+COMMON_CFLAGS = ("-O3", "-fopenmp", "-fvisibility=hidden")
 
 
 def isa_path(info: DeviceInfo) -> IsaPath | None:
@@ -100,29 +101,52 @@ def build_key(isa: IsaPath, torch_version: str) -> str:
     return h.hexdigest()[:16]
 
 
+_I64, _F64, _PTR = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
+SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "pa_attn_init": (None, []),
+    "pa_attn_fp8_table": (_PTR, []),
+    "pa_attn_vector_width": (_I64, []),
+    "pa_attn_plan": (None, [_PTR, _PTR] + [_I64] * 9 + [_PTR, _PTR, _PTR]),
+    "pa_attn_forward": (
+        _I64,
+        [_PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR]
+        + [_I64] * 4
+        + [_F64] * 3
+        + [_I64, _I64, _F64],
+    ),
+    "pa_attn_write_kv": (
+        _I64,
+        [_PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64]
+        + [_F64] * 2,
+    ),
+}
+
+
 @functools.cache
-def load(isa_name: str) -> ModuleType:
-    """The extension module for ``isa_name``: loaded from the cache, else built once."""
-    import torch
+def load(isa_name: str) -> ctypes.CDLL:
+    """The kernels for ``isa_name``: loaded from the cache, else built once."""
+    import torch  # its libraries must be loaded before ours (ours links against them)
 
     isa = next(i for i in ISA_PATHS if i.name == isa_name)
-    key = build_key(isa, torch.__version__)
-    name = f"plugin_api_cpu_attention_{isa.name}_{key}"
+    name = f"plugin_api_cpu_attention_{isa.name}_{build_key(isa, torch.__version__)}"
     folder = cache_root() / name
-    built = next(folder.glob(f"{name}*.so"), None) if folder.is_dir() else None
-    if built is None:
-        built = _build(isa, name, folder)
-    spec = importlib.util.spec_from_file_location(
-        name, built, loader=importlib.machinery.ExtensionFileLoader(name, str(built))
-    )
-    if spec is None or spec.loader is None:
-        raise ExtensionBuildError(f"cpu-arm-acl: cannot load {built}", backend="cpu-arm-acl")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    library = folder / f"{name}.so"
+    if not library.is_file():
+        _build(isa, name, folder, library)
+    try:
+        lib = ctypes.CDLL(str(library))
+    except OSError as e:
+        raise ExtensionBuildError(
+            f"cpu-arm-acl: cannot load {library}: {e}", backend="cpu-arm-acl"
+        ) from e
+    for fn, (restype, argtypes) in SIGNATURES.items():
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = restype, argtypes
+    lib.pa_attn_init()
+    return lib
 
 
-def _build(isa: IsaPath, name: str, folder: Path) -> Path:
+def _build(isa: IsaPath, name: str, folder: Path, library: Path) -> None:
     from torch.utils import cpp_extension
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -139,6 +163,7 @@ def _build(isa: IsaPath, name: str, folder: Path) -> Path:
             extra_cflags=list(COMMON_CFLAGS + isa.cflags),
             extra_include_paths=[str(CSRC)],
             build_directory=str(folder),
+            is_python_module=False,
             verbose=False,
         )
     except Exception as e:  # the compiler's output is in the message; keep it in the log
@@ -148,9 +173,8 @@ def _build(isa: IsaPath, name: str, folder: Path) -> Path:
             f"{type(e).__name__}; compiler output in {log}",
             backend="cpu-arm-acl",
         ) from e
-    built = next(folder.glob(f"{name}*.so"), None)
-    if built is None:
+    if not library.is_file():
         raise ExtensionBuildError(
-            f"cpu-arm-acl: the build of {name} left no library in {folder}", backend="cpu-arm-acl"
+            f"cpu-arm-acl: the build of {name} left no {library.name} in {folder}",
+            backend="cpu-arm-acl",
         )
-    return built

@@ -7,14 +7,14 @@ work items once (shared by every layer); ``forward`` allocates nothing.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from dataclasses import dataclass
-from types import ModuleType
 
 import torch
 
 from plugin_api.device_info import DeviceInfo, read_device_info
-from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
+from plugin_api.ops.attention import FP8, AttentionBatch, AttentionSpec, KVCache
 from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.graphs import GraphLevel, GraphSupport
 
@@ -29,6 +29,9 @@ MAX_HEAD_SIZE = 512
 TILE_ROWS = 64
 # A key range is split for parallelism only into parts of at least this many keys.
 MIN_SPLIT_KEYS = 512
+# dtype codes of the C entry points
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8: 3}
+ITEM_FIELDS, REDUCE_FIELDS = 8, 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ def _machine_isa() -> ext.IsaPath | None:
     return ext.isa_path(read_device_info())
 
 
-def _extension() -> ModuleType:
+def _extension() -> ctypes.CDLL:
     isa = _machine_isa()
     if isa is None:  # supports() rejected this machine already; reaching here is a host bug
         raise RuntimeError("cpu-arm-acl attention: no ISA path fits this CPU")
@@ -109,22 +112,29 @@ class CpuPagedAttention:
     def plan(
         self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: object
     ) -> CpuAttentionPlan:
+        lib = _extension()
         tokens = batch.num_tokens if batch.num_seqs else 0
         qsl = batch.query_start_loc.contiguous()
         seq_lens = batch.seq_lens.contiguous()
-        items, reduce, partial_rows = _extension().plan(
-            qsl,
-            seq_lens,
+        args = (
+            qsl.data_ptr(),
+            seq_lens.data_ptr(),
+            batch.num_seqs,
             spec.num_heads // spec.num_kv_heads,
             spec.num_kv_heads,
             spec.block_size,
-            spec.causal,
+            int(spec.causal),
             spec.sliding_window or 0,
             torch.get_num_threads(),
             TILE_ROWS,
             MIN_SPLIT_KEYS,
         )
-        rows = int(partial_rows)
+        counts = torch.zeros(3, dtype=torch.int64)
+        lib.pa_attn_plan(*args, counts.data_ptr(), None, None)  # sizes first
+        n_items, n_reduce, rows = counts.tolist()
+        items = torch.empty((n_items, ITEM_FIELDS), dtype=torch.int32)
+        reduce = torch.empty((n_reduce, REDUCE_FIELDS), dtype=torch.int32)
+        lib.pa_attn_plan(*args, counts.data_ptr(), items.data_ptr(), reduce.data_ptr())
         return CpuAttentionPlan(
             items=items,
             reduce=reduce,
@@ -144,15 +154,25 @@ class CpuPagedAttention:
         kv_cache: KVCache,
         plan: CpuAttentionPlan,
     ) -> None:
-        _extension().write_kv(
-            key,
-            value,
-            kv_cache.data,
-            plan.slot_mapping,
+        rc = _extension().pa_attn_write_kv(
+            key.data_ptr(),
+            value.data_ptr(),
+            DTYPE_CODES[spec.dtype],
+            key.stride(0),
+            key.stride(1),
+            value.stride(0),
+            value.stride(1),
+            kv_cache.data.data_ptr(),
+            DTYPE_CODES[spec.cache_dtype],
+            plan.slot_mapping.data_ptr(),
             plan.num_tokens,
+            spec.num_kv_heads,
+            spec.head_size,
+            spec.block_size,
             float(kv_cache.k_scale),
             float(kv_cache.v_scale),
         )
+        _check(rc, "write_kv")
 
     def forward(
         self,
@@ -163,23 +183,36 @@ class CpuPagedAttention:
         sinks: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        _extension().forward(
-            query,
-            kv_cache.data,
-            plan.block_table,
-            plan.seq_lens,
-            plan.items,
-            plan.reduce,
-            plan.partial_acc,
-            plan.partial_ml,
-            sinks,
-            out,
+        rc = _extension().pa_attn_forward(
+            query.data_ptr(),
+            kv_cache.data.data_ptr(),
+            DTYPE_CODES[spec.dtype],
+            DTYPE_CODES[spec.cache_dtype],
+            plan.block_table.data_ptr(),
+            plan.block_table.stride(0),
+            plan.seq_lens.data_ptr(),
+            plan.items.data_ptr(),
+            plan.items.shape[0],
+            plan.reduce.data_ptr(),
+            plan.reduce.shape[0],
+            plan.partial_acc.data_ptr(),
+            plan.partial_ml.data_ptr(),
+            None if sinks is None else sinks.data_ptr(),
+            out.data_ptr(),
+            spec.num_heads,
             spec.num_kv_heads,
+            spec.head_size,
             spec.block_size,
             spec.softmax_scale,
             float(kv_cache.k_scale),
             float(kv_cache.v_scale),
-            spec.causal,
+            int(spec.causal),
             spec.sliding_window or 0,
             spec.logits_soft_cap or 0.0,
         )
+        _check(rc, "forward")
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:  # the host validated dtypes, so this is a bug, not bad input
+        raise RuntimeError(f"cpu-arm-acl attention {what}: the kernel rejected a dtype code")

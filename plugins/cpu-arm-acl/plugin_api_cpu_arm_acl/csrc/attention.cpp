@@ -5,11 +5,13 @@
 // are split so that a batch of one request still keeps every thread busy; split items write
 // unnormalised partials (m, l, acc) that a second pass combines. Items are taken from a shared
 // counter, largest first. Per-thread scratch is allocated once and reused across calls.
-#include <torch/extension.h>
-
+//
+// The entry points are plain C functions over raw pointers (called through ctypes): no pybind or
+// torch/extension.h, which would multiply the build time. Python validates every argument first.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -63,17 +65,18 @@ inline void visible(const Masking& mk, int64_t pos, int64_t len, int64_t* lo, in
 
 // ---- plan --------------------------------------------------------------------------------------
 
-// Items for one step. tile_rows: target query rows (tokens x group) per item; splits: long key
-// ranges are cut into block-aligned parts of at least min_split_keys keys so that there are about
-// 8 items per thread. Returns (items [U, kFields], reduce [E, rFields], partial_rows).
-std::vector<torch::Tensor> make_plan(const torch::Tensor& query_start_loc,
-                                     const torch::Tensor& seq_lens, int64_t group,
-                                     int64_t kv_heads, int64_t block, bool causal, int64_t window,
-                                     int64_t num_threads, int64_t tile_rows,
-                                     int64_t min_split_keys) {
-  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
-  const int32_t* lens = seq_lens.data_ptr<int32_t>();
-  const int64_t S = seq_lens.size(0);
+// Items for one step. tile_rows: target query rows (tokens x group) per item; long key ranges
+// are cut into block-aligned parts of at least min_split_keys keys so that there are about 8
+// items per thread.
+struct Plan {
+  std::vector<std::array<int32_t, kFields>> items;  // largest first
+  std::vector<std::array<int32_t, rFields>> reduce;
+  int64_t partial_rows = 0;
+};
+
+Plan make_plan(const int32_t* qsl, const int32_t* lens, int64_t S, int64_t group,
+               int64_t kv_heads, int64_t block, bool causal, int64_t window, int64_t num_threads,
+               int64_t tile_rows, int64_t min_split_keys) {
   const Masking mk{causal, window, 0.f};
   const int64_t T = std::max<int64_t>(1, tile_rows / group);
 
@@ -100,10 +103,9 @@ std::vector<torch::Tensor> make_plan(const torch::Tensor& query_start_loc,
   }
   const int64_t target = num_threads > 1 ? std::max<int64_t>(1, total / (num_threads * 8)) : 0;
 
+  Plan plan;
   std::vector<std::array<int32_t, kFields>> items;
-  std::vector<std::array<int32_t, rFields>> reduce;
   std::vector<int64_t> cost;
-  int64_t prow = 0;
   for (const Tile& t : tiles) {
     const int64_t rows = static_cast<int64_t>(t.qn) * group;
     const int64_t first_block = t.k0 / block, last_block = (t.k1 - 1) / block;
@@ -115,18 +117,19 @@ std::vector<torch::Tensor> make_plan(const torch::Tensor& query_start_loc,
       splits = std::min({by_cost, by_len, nblocks, kMaxSplits});
     }
     for (int64_t h = 0; h < kv_heads; ++h) {
+      const int32_t prow = static_cast<int32_t>(plan.partial_rows);
       if (splits > 1)
-        reduce.push_back({t.q0, t.qn, static_cast<int32_t>(h), static_cast<int32_t>(prow),
-                          static_cast<int32_t>(splits)});
+        plan.reduce.push_back({t.q0, t.qn, static_cast<int32_t>(h), prow,
+                               static_cast<int32_t>(splits)});
       for (int64_t p = 0; p < splits; ++p) {
         const int64_t b0 = first_block + nblocks * p / splits;
         const int64_t b1 = first_block + nblocks * (p + 1) / splits;
         const int32_t k0 = static_cast<int32_t>(std::max<int64_t>(t.k0, b0 * block));
         const int32_t k1 = static_cast<int32_t>(std::min<int64_t>(t.k1, b1 * block));
         items.push_back({t.seq, static_cast<int32_t>(h), t.q0, t.qn, t.pos0, k0, k1,
-                         splits > 1 ? static_cast<int32_t>(prow) : -1});
+                         splits > 1 ? static_cast<int32_t>(plan.partial_rows) : -1});
         cost.push_back((k1 - k0 + block) * rows);
-        if (splits > 1) prow += rows;
+        if (splits > 1) plan.partial_rows += rows;
       }
     }
   }
@@ -135,15 +138,9 @@ std::vector<torch::Tensor> make_plan(const torch::Tensor& query_start_loc,
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return cost[a] > cost[b]; });
-  auto items_t = torch::empty({static_cast<int64_t>(items.size()), kFields}, torch::kInt32);
-  int32_t* it = items_t.data_ptr<int32_t>();
-  for (size_t i = 0; i < order.size(); ++i)
-    std::memcpy(it + i * kFields, items[order[i]].data(), sizeof(int32_t) * kFields);
-  auto reduce_t = torch::empty({static_cast<int64_t>(reduce.size()), rFields}, torch::kInt32);
-  if (!reduce.empty())
-    std::memcpy(reduce_t.data_ptr<int32_t>(), reduce.data(),
-                sizeof(int32_t) * rFields * reduce.size());
-  return {items_t, reduce_t, torch::tensor(prow, torch::kInt64)};
+  plan.items.reserve(items.size());
+  for (int64_t i : order) plan.items.push_back(items[i]);
+  return plan;
 }
 
 // ---- per-thread scratch ------------------------------------------------------------------------
@@ -236,11 +233,12 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
     const KT* kp = cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) *
                                head_stride;
     const KT* vp = kp + kv_stride;
+    const KT* next_k = nullptr;
+    const KT* next_v = nullptr;
     if (b < last) {
-      const KT* next = cache + (static_cast<int64_t>(table[b + 1]) * 2 * g.kv_heads +
-                                item[kKvh]) * head_stride;
-      prefetch(next, head_stride * sizeof(KT));
-      prefetch(next + kv_stride, head_stride * sizeof(KT));
+      next_k = cache + (static_cast<int64_t>(table[b + 1]) * 2 * g.kv_heads + item[kKvh]) *
+                           head_stride;
+      next_v = next_k + kv_stride;
     }
     if (rows_layout) {
       for (int j = 0; j < bs; ++j) {
@@ -250,6 +248,7 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
           continue;
         }
         float* vr = w.vf + j * D;
+        prefetch_rows(next_k, next_v, j, 1, D);
         for (int64_t d = 0; d < D; d += kV) {
           load_f32(kp + j * D + d).store(kr + d);
           load_f32(vp + j * D + d).store(vr + d);
@@ -261,7 +260,7 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
                    w.m, w.l, w.alpha);
       pv(R, w.s, 1, Rp, static_cast<const float*>(w.vf), D, j0, j1, w.alpha, w.acc);
     } else {
-      qk_dot(R, w.q, kp, D, j0, j1, w.s, bs);
+      qk_dot(R, w.q, kp, D, j0, j1, w.s, bs, next_k, next_v);
       for (int r = 0; r < R; ++r) {
         w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kb, j0, j1));
         w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kb, j0, j1));
@@ -325,10 +324,8 @@ struct Buffers {
 };
 
 template <typename KT, typename QT>
-void run_items(const Step& st, const torch::Tensor& items, const KT* cache, const QT* query,
+void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, const QT* query,
                QT* out, const Buffers& bufs) {
-  const int64_t U = items.size(0);
-  const int32_t* it = items.data_ptr<int32_t>();
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
   std::atomic<int64_t> next{0};
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(U, 1));
@@ -363,9 +360,8 @@ void run_items(const Step& st, const torch::Tensor& items, const KT* cache, cons
 }
 
 template <typename QT>
-void run_reduce(const Step& st, const torch::Tensor& reduce, QT* out, const Buffers& bufs) {
-  const int64_t E = reduce.size(0), D = st.g.dim, G = st.g.group, H = st.g.heads;
-  const int32_t* rd = reduce.data_ptr<int32_t>();
+void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buffers& bufs) {
+  const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
   at::parallel_for(0, E, 1, [&](int64_t e0, int64_t e1) {
     const float* acc[kMaxSplits];
     float m[kMaxSplits], l[kMaxSplits];
@@ -387,61 +383,35 @@ void run_reduce(const Step& st, const torch::Tensor& reduce, QT* out, const Buff
   });
 }
 
-template <typename T>
-using CType = std::conditional_t<
-    std::is_same_v<T, at::BFloat16>, c10::BFloat16,
-    std::conditional_t<std::is_same_v<T, at::Half>, c10::Half, T>>;
+// Element types by the dtype codes Python passes.
+enum DType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2, kFP8 = 3 };
 
-void forward(const torch::Tensor& query, const torch::Tensor& cache,
-             const torch::Tensor& block_table, const torch::Tensor& seq_lens,
-             const torch::Tensor& items, const torch::Tensor& reduce,
-             const torch::Tensor& partial_acc, const torch::Tensor& partial_ml,
-             const std::optional<torch::Tensor>& sinks, torch::Tensor& out, int64_t kv_heads,
-             int64_t block, double scale, double k_scale, double v_scale, bool causal,
-             int64_t window, double soft_cap) {
-  const int64_t H = query.size(1), D = query.size(2);
-  Step st{{H, kv_heads, H / kv_heads, D, block},
-          {causal, window, static_cast<float>(soft_cap)},
-          static_cast<float>(scale * k_scale),
-          block_table.data_ptr<int32_t>(),
-          block_table.stride(0),
-          seq_lens.data_ptr<int32_t>()};
-  Buffers bufs{partial_acc.data_ptr<float>(), partial_ml.data_ptr<float>(),
-               sinks ? sinks->data_ptr<float>() : nullptr, static_cast<float>(v_scale)};
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, query.scalar_type(), "pa_q", [&] {
-    using QT = CType<scalar_t>;
-    const QT* q = reinterpret_cast<const QT*>(query.data_ptr<scalar_t>());
-    QT* o = reinterpret_cast<QT*>(out.data_ptr<scalar_t>());
-    switch (cache.scalar_type()) {
-      case at::kFloat: run_items(st, items, cache.data_ptr<float>(), q, o, bufs); break;
-      case at::kBFloat16:
-        run_items(st, items, reinterpret_cast<const c10::BFloat16*>(cache.data_ptr()), q, o,
-                  bufs);
-        break;
-      case at::kHalf:
-        run_items(st, items, reinterpret_cast<const c10::Half*>(cache.data_ptr()), q, o, bufs);
-        break;
-      case at::kFloat8_e4m3fn:
-        run_items(st, items, reinterpret_cast<const c10::Float8_e4m3fn*>(cache.data_ptr()), q, o,
-                  bufs);
-        break;
-      default: TORCH_CHECK(false, "cpu attention: unsupported cache dtype ", cache.scalar_type());
-    }
-    if (reduce.size(0) > 0) run_reduce(st, reduce, o, bufs);
-  });
+template <typename F>
+bool dispatch_model(int64_t code, F&& f) {
+  switch (code) {
+    case kF32: f(float{}); return true;
+    case kBF16: f(c10::BFloat16{}); return true;
+    case kF16: f(c10::Half{}); return true;
+    default: return false;
+  }
 }
 
-// ---- cache write -------------------------------------------------------------------------------
+template <typename F>
+bool dispatch_cache(int64_t code, F&& f) {
+  if (code == kFP8) {
+    f(c10::Float8_e4m3fn{});
+    return true;
+  }
+  return dispatch_model(code, f);
+}
 
-// key/value [T, KH, D] (last dim contiguous) -> cache [nb, 2, KH, bs, D] at slot_mapping[t];
-// slot -1 is skipped. An fp8 cache stores cast_rne(clamp(x / scale, -448, 448)).
+// key/value rows (last dim contiguous, strides in elements) -> cache [nb, 2, KH, bs, D] at
+// slots[t]; slot -1 is skipped. An fp8 cache stores cast_rne(clamp(x / scale, -448, 448)).
 template <typename IT, typename CT>
-void write_kv_typed(const torch::Tensor& key, const torch::Tensor& value, torch::Tensor& cache,
-                    const int64_t* slots, int64_t tokens, float k_scale, float v_scale) {
-  const int64_t KH = key.size(1), D = key.size(2), bs = cache.size(3);
-  CT* c = reinterpret_cast<CT*>(cache.data_ptr());
-  const IT* ks = reinterpret_cast<const IT*>(key.data_ptr());
-  const IT* vs = reinterpret_cast<const IT*>(value.data_ptr());
+void write_kv_typed(const IT* ks, const IT* vs, int64_t tok_stride_k, int64_t head_stride_k,
+                    int64_t tok_stride_v, int64_t head_stride_v, CT* cache, const int64_t* slots,
+                    int64_t tokens, int64_t KH, int64_t D, int64_t bs, float k_scale,
+                    float v_scale) {
   constexpr bool fp8 = std::is_same_v<CT, c10::Float8_e4m3fn>;
   at::parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -449,11 +419,11 @@ void write_kv_typed(const torch::Tensor& key, const torch::Tensor& value, torch:
       if (slot < 0) continue;
       const int64_t blk = slot / bs, off = slot % bs;
       for (int kv = 0; kv < 2; ++kv) {
-        const IT* src = kv == 0 ? ks + t * key.stride(0) : vs + t * value.stride(0);
-        const int64_t hs = kv == 0 ? key.stride(1) : value.stride(1);
+        const IT* src = kv == 0 ? ks + t * tok_stride_k : vs + t * tok_stride_v;
+        const int64_t hs = kv == 0 ? head_stride_k : head_stride_v;
         const float scale = kv == 0 ? k_scale : v_scale;
         for (int64_t h = 0; h < KH; ++h) {
-          CT* dst = c + (((blk * 2 + kv) * KH + h) * bs + off) * D;
+          CT* dst = cache + (((blk * 2 + kv) * KH + h) * bs + off) * D;
           const IT* x = src + h * hs;
           for (int64_t d = 0; d < D; ++d) {
             float f = static_cast<float>(x[d]);
@@ -466,38 +436,84 @@ void write_kv_typed(const torch::Tensor& key, const torch::Tensor& value, torch:
   });
 }
 
-void write_kv(const torch::Tensor& key, const torch::Tensor& value, torch::Tensor& cache,
-              const torch::Tensor& slot_mapping, int64_t tokens, double k_scale, double v_scale) {
-  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
-  const float ks = static_cast<float>(k_scale), vs = static_cast<float>(v_scale);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, key.scalar_type(), "pa_kv", [&] {
-    using IT = CType<scalar_t>;
-    switch (cache.scalar_type()) {
-      case at::kFloat: write_kv_typed<IT, float>(key, value, cache, slots, tokens, ks, vs); break;
-      case at::kBFloat16:
-        write_kv_typed<IT, c10::BFloat16>(key, value, cache, slots, tokens, ks, vs);
-        break;
-      case at::kHalf: write_kv_typed<IT, c10::Half>(key, value, cache, slots, tokens, ks, vs); break;
-      case at::kFloat8_e4m3fn:
-        write_kv_typed<IT, c10::Float8_e4m3fn>(key, value, cache, slots, tokens, ks, vs);
-        break;
-      default: TORCH_CHECK(false, "cpu attention: unsupported cache dtype ", cache.scalar_type());
-    }
-  });
-}
-
-torch::Tensor fp8_table() { return torch::from_blob(g_fp8_table, {256}, torch::kFloat32).clone(); }
-
 }  // namespace
 }  // namespace pa_attn
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  pa_attn::init_fp8_table();
-  namespace py = pybind11;
-  const auto nogil = py::call_guard<py::gil_scoped_release>();
-  m.def("plan", &pa_attn::make_plan, nogil);
-  m.def("forward", &pa_attn::forward, nogil);
-  m.def("write_kv", &pa_attn::write_kv, nogil);
-  m.def("fp8_table", &pa_attn::fp8_table);
-  m.attr("vector_width") = pa_attn::kV;
+using namespace pa_attn;
+
+#define PA_EXPORT extern "C" __attribute__((visibility("default")))
+
+PA_EXPORT void pa_attn_init() { init_fp8_table(); }
+
+PA_EXPORT const float* pa_attn_fp8_table() { return g_fp8_table; }
+
+PA_EXPORT int64_t pa_attn_vector_width() { return kV; }
+
+// Plans a step. counts[3] receives (items, reduce rows, partial rows); items_out
+// [items, 8] and reduce_out [reduce rows, 5] are filled when not null (call once to size them).
+PA_EXPORT void pa_attn_plan(const int32_t* qsl, const int32_t* lens, int64_t S, int64_t group,
+                            int64_t kv_heads, int64_t block, int64_t causal, int64_t window,
+                            int64_t num_threads, int64_t tile_rows, int64_t min_split_keys,
+                            int64_t* counts, int32_t* items_out, int32_t* reduce_out) {
+  const Plan p = make_plan(qsl, lens, S, group, kv_heads, block, causal != 0, window,
+                           num_threads, tile_rows, min_split_keys);
+  counts[0] = static_cast<int64_t>(p.items.size());
+  counts[1] = static_cast<int64_t>(p.reduce.size());
+  counts[2] = p.partial_rows;
+  if (items_out && !p.items.empty())
+    std::memcpy(items_out, p.items.data(), sizeof(int32_t) * kFields * p.items.size());
+  if (reduce_out && !p.reduce.empty())
+    std::memcpy(reduce_out, p.reduce.data(), sizeof(int32_t) * rFields * p.reduce.size());
+}
+
+// query/out [T, H, D] contiguous (model dtype), cache [nb, 2, KH, bs, D] (cache dtype),
+// block_table int32 [S, bt_stride], sinks fp32 [H] or null. Returns 0, or -1 on a bad dtype code.
+PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t model_dtype,
+                                  int64_t cache_dtype, const int32_t* block_table,
+                                  int64_t bt_stride, const int32_t* seq_lens, const int32_t* items,
+                                  int64_t num_items, const int32_t* reduce, int64_t num_reduce,
+                                  float* partial_acc, float* partial_ml, const float* sinks,
+                                  void* out, int64_t heads, int64_t kv_heads, int64_t dim,
+                                  int64_t block, double scale, double k_scale, double v_scale,
+                                  int64_t causal, int64_t window, double soft_cap) {
+  const Step st{{heads, kv_heads, heads / kv_heads, dim, block},
+                {causal != 0, window, static_cast<float>(soft_cap)},
+                static_cast<float>(scale * k_scale),
+                block_table,
+                bt_stride,
+                seq_lens};
+  const Buffers bufs{partial_acc, partial_ml, sinks, static_cast<float>(v_scale)};
+  bool ok = false;
+  dispatch_model(model_dtype, [&](auto qtag) {
+    using QT = decltype(qtag);
+    const QT* q = static_cast<const QT*>(query);
+    QT* o = static_cast<QT*>(out);
+    ok = dispatch_cache(cache_dtype, [&](auto ctag) {
+      using KT = decltype(ctag);
+      run_items(st, items, num_items, static_cast<const KT*>(cache), q, o, bufs);
+    });
+    if (ok && num_reduce > 0) run_reduce(st, reduce, num_reduce, o, bufs);
+  });
+  return ok ? 0 : -1;
+}
+
+// Stores this step's key/value rows into the cache. Returns 0, or -1 on a bad dtype code.
+PA_EXPORT int64_t pa_attn_write_kv(const void* key, const void* value, int64_t model_dtype,
+                                   int64_t tok_stride_k, int64_t head_stride_k,
+                                   int64_t tok_stride_v, int64_t head_stride_v, void* cache,
+                                   int64_t cache_dtype, const int64_t* slots, int64_t tokens,
+                                   int64_t kv_heads, int64_t dim, int64_t block, double k_scale,
+                                   double v_scale) {
+  bool ok = false;
+  dispatch_model(model_dtype, [&](auto itag) {
+    using IT = decltype(itag);
+    ok = dispatch_cache(cache_dtype, [&](auto ctag) {
+      using CT = decltype(ctag);
+      write_kv_typed(static_cast<const IT*>(key), static_cast<const IT*>(value), tok_stride_k,
+                     head_stride_k, tok_stride_v, head_stride_v, static_cast<CT*>(cache), slots,
+                     tokens, kv_heads, dim, block, static_cast<float>(k_scale),
+                     static_cast<float>(v_scale));
+    });
+  });
+  return ok ? 0 : -1;
 }

@@ -33,25 +33,45 @@ inline void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s,
     for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
 }
 
+// Rows [j, j + n) of the next block's K and V (null when there is none), spread over the
+// current block's tiles so that the requests never pile up.
+template <typename KT>
+inline void prefetch_rows(const KT* next_k, const KT* next_v, int j, int n, int64_t D) {
+  if (next_k == nullptr) return;
+  prefetch(next_k + j * D, n * D * static_cast<int64_t>(sizeof(KT)));
+  prefetch(next_v + j * D, n * D * static_cast<int64_t>(sizeof(KT)));
+}
+
 template <int MR, typename KT>
 inline void qk_dot_rows(const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
-                        int64_t lds) {
+                        int64_t lds, const KT* next_k, const KT* next_v) {
   // enough independent accumulators (MR * NT = 8) to keep both FMA pipes busy
   constexpr int NT = MR >= 3 ? 2 : 8 / MR;
   int j = j0;
-  for (; j + NT <= j1; j += NT) qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
-  for (; j < j1; ++j) qk_dot_tile<MR, 1>(q, k, D, j, s, lds);
+  for (; j + NT <= j1; j += NT) {
+    prefetch_rows(next_k, next_v, j, NT, D);
+    qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
+  }
+  for (; j < j1; ++j) {
+    prefetch_rows(next_k, next_v, j, 1, D);
+    qk_dot_tile<MR, 1>(q, k, D, j, s, lds);
+  }
 }
 
+// next_k/next_v: the next block's K and V rows to prefetch (null: none), read while the first
+// row tile runs.
 template <typename KT>
 inline void qk_dot(int R, const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
-                   int64_t lds) {
+                   int64_t lds, const KT* next_k, const KT* next_v) {
   int r = 0;
-  for (; r + 4 <= R; r += 4) qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds);
+  for (; r + 4 <= R; r += 4) {
+    qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v);
+    next_k = next_v = nullptr;
+  }
   switch (R - r) {
-    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds); break;
-    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds); break;
-    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds); break;
+    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
+    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
+    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
     default: break;
   }
 }
