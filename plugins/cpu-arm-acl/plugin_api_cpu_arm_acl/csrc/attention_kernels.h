@@ -13,23 +13,33 @@
 
 namespace pa_attn {
 
+// Fully unroll loops over register tiles early, so that the tile arrays live in registers.
+#define PA_UNROLL _Pragma("GCC unroll 16")
+
 // ---- scores, dot layout ------------------------------------------------------------------------
 
 // S[r][j..j+NT) for MR rows: q fp32 [MR][D], k cache rows [.][D].
 template <int MR, int NT, typename KT>
 inline void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s, int64_t lds) {
   Vec acc[MR][NT];
+  PA_UNROLL
   for (int r = 0; r < MR; ++r)
+    PA_UNROLL
     for (int t = 0; t < NT; ++t) acc[r][t] = Vec(0.f);
   for (int64_t d = 0; d < D; d += kV) {
     Vec kv[NT];
+    PA_UNROLL
     for (int t = 0; t < NT; ++t) kv[t] = load_f32(k + (j + t) * D + d);
+    PA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const Vec qv = Vec::loadu(q + r * D + d);
+      PA_UNROLL
       for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(qv, kv[t], acc[r][t]);
     }
   }
+  PA_UNROLL
   for (int r = 0; r < MR; ++r)
+    PA_UNROLL
     for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
 }
 
@@ -45,8 +55,9 @@ inline void prefetch_rows(const KT* next_k, const KT* next_v, int j, int n, int6
 template <int MR, typename KT>
 inline void qk_dot_rows(const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
                         int64_t lds, const KT* next_k, const KT* next_v) {
-  // enough independent accumulators (MR * NT = 8) to keep both FMA pipes busy
-  constexpr int NT = MR >= 3 ? 2 : 8 / MR;
+  // enough independent accumulators to keep both FMA pipes busy, few enough not to spill
+  // (AVX2 has 16 vector registers: MR * NT accumulators + NT loads + 1)
+  constexpr int NT = MR >= 3 ? 2 : 4;
   int j = j0;
   for (; j + NT <= j1; j += NT) {
     prefetch_rows(next_k, next_v, j, NT, D);
@@ -83,17 +94,24 @@ template <int NT, int NV>
 inline void qk_rows_tile(const float* kf, const float* qt, int64_t D, int64_t Rp, int j, int64_t r,
                          float* st) {
   Vec acc[NT][NV];
+  PA_UNROLL
   for (int t = 0; t < NT; ++t)
+    PA_UNROLL
     for (int v = 0; v < NV; ++v) acc[t][v] = Vec(0.f);
   for (int64_t d = 0; d < D; ++d) {
     Vec qv[NV];
+    PA_UNROLL
     for (int v = 0; v < NV; ++v) qv[v] = Vec::loadu(qt + d * Rp + r + v * kV);
+    PA_UNROLL
     for (int t = 0; t < NT; ++t) {
       const Vec kb(kf[(j + t) * D + d]);
+      PA_UNROLL
       for (int v = 0; v < NV; ++v) acc[t][v] = at::vec::fmadd(kb, qv[v], acc[t][v]);
     }
   }
+  PA_UNROLL
   for (int t = 0; t < NT; ++t)
+    PA_UNROLL
     for (int v = 0; v < NV; ++v) acc[t][v].store(st + (j + t) * Rp + r + v * kV);
 }
 
@@ -193,26 +211,33 @@ template <int MR, int NV, typename VT>
 inline void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
                     int j1, const float* alpha, float* acc, int64_t d) {
   Vec a[MR][NV];
+  PA_UNROLL
   for (int r = 0; r < MR; ++r) {
     const Vec al(alpha[r]);
+    PA_UNROLL
     for (int x = 0; x < NV; ++x) a[r][x] = Vec::loadu(acc + r * D + d + x * kV) * al;
   }
   for (int j = j0; j < j1; ++j) {
     Vec vv[NV];
+    PA_UNROLL
     for (int x = 0; x < NV; ++x) vv[x] = load_f32(v + j * D + d + x * kV);
+    PA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const Vec pb(p[r * prs + j * pts]);
+      PA_UNROLL
       for (int x = 0; x < NV; ++x) a[r][x] = at::vec::fmadd(pb, vv[x], a[r][x]);
     }
   }
+  PA_UNROLL
   for (int r = 0; r < MR; ++r)
+    PA_UNROLL
     for (int x = 0; x < NV; ++x) a[r][x].store(acc + r * D + d + x * kV);
 }
 
 template <int MR, typename VT>
 inline void pv_rows(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
                     int j1, const float* alpha, float* acc) {
-  constexpr int NV = MR >= 3 ? 2 : 8 / MR;  // MR * NV = 8 independent accumulators
+  constexpr int NV = MR >= 3 ? 2 : 4;  // as in qk_dot_rows: MR * NV + NV + 1 registers
   int64_t d = 0;
   for (; d + NV * kV <= D; d += NV * kV)
     pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
