@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import platform
+import shutil
+import subprocess
 
 import pytest
 import torch
+from torch.utils.cpp_extension import include_paths
 
 from plugin_api.backend import backend_for
 from plugin_api.conformance.cases import make_case
@@ -172,3 +176,24 @@ def test_window_and_gqa_in_a_wide_prefill_tile(backend, threads):
     spec = spec_of(num_heads=16, num_kv_heads=2, sliding_window=21, logits_soft_cap=4.0)
     case = make_case(spec, [1, 37], [50, 90], num_decodes=1, device="cpu", seed=4)
     run_and_check(backend, torch.device("cpu"), case)
+
+
+# ---- the variants this machine cannot run still compile ----------------------------------------
+
+COMPILERS = {"x86_64": "g++", "aarch64": "aarch64-linux-gnu-g++"}
+
+
+@pytest.mark.parametrize("isa", ext.ISA_PATHS, ids=[i.name for i in ext.ISA_PATHS])
+def test_every_isa_variant_compiles(isa):
+    """Type-checks the source as each variant is compiled (no code generation: seconds).
+    The aarch64 variant needs a cross compiler (Debian: g++-aarch64-linux-gnu)."""
+    arch = "aarch64" if "aarch64" in isa.machines else "x86_64"
+    cxx = COMPILERS[arch] if arch != platform.machine() else "g++"
+    if shutil.which(cxx) is None:
+        pytest.skip(f"no {cxx} to compile the {isa.name} variant with")
+    includes = [f"-isystem{p}" for p in include_paths()] + [f"-I{ext.CSRC}"]
+    cmd = [cxx, "-std=c++17", "-fsyntax-only", *ext.COMMON_CFLAGS, *isa.cflags, *includes]
+    done = subprocess.run(
+        [*cmd, str(ext.CSRC / "attention.cpp")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
