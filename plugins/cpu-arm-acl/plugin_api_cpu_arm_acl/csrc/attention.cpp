@@ -273,9 +273,10 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
 }
 
 // Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
+// pair_split: the dot layout stores each row in load_pair's order for a bf16 cache.
 template <typename QT>
 void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch& w,
-                  bool rows_layout, int64_t Rp) {
+                  bool rows_layout, int64_t Rp, bool pair_split) {
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
   const int R = item[kQn] * static_cast<int>(G);
   for (int r = 0; r < R; ++r) {
@@ -283,7 +284,9 @@ void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch&
     if (rows_layout) {
       for (int64_t d = 0; d < D; ++d) w.q[d * Rp + r] = static_cast<float>(src[d]) * st.scale;
     } else {
-      for (int64_t d = 0; d < D; ++d) w.q[r * D + d] = static_cast<float>(src[d]) * st.scale;
+      float* row = w.q + r * D;
+      for (int64_t d = 0; d < D; ++d)
+        row[pair_split ? pair_split_order(d, D) : d] = static_cast<float>(src[d]) * st.scale;
     }
   }
   if (rows_layout)
@@ -337,7 +340,7 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
       const bool rows_layout = R >= kRowsLayoutMin;
       const int64_t Rp = rows_layout ? (R + kV - 1) / kV * kV : R;
       w.reserve(Rp, D, st.g.block);
-      load_queries(st, item, query, w, rows_layout, Rp);
+      load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>);
       attend(st, item, cache, w, rows_layout, Rp);
       if (item[kProw] >= 0) {
         float* pacc = bufs.pacc + static_cast<int64_t>(item[kProw]) * D;

@@ -26,7 +26,22 @@ inline void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s,
   for (int r = 0; r < MR; ++r)
     PA_UNROLL
     for (int t = 0; t < NT; ++t) acc[r][t] = Vec(0.f);
-  for (int64_t d = 0; d < D; d += kV) {
+  int64_t d = 0;
+  for (; d + 2 * kV <= D; d += 2 * kV) {  // q is stored in load_pair's order
+    Vec k0[NT], k1[NT];
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) load_pair(k + (j + t) * D + d, k0[t], k1[t]);
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      const Vec q0 = Vec::loadu(q + r * D + d);
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(q0, k0[t], acc[r][t]);
+      const Vec q1 = Vec::loadu(q + r * D + d + kV);
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(q1, k1[t], acc[r][t]);
+    }
+  }
+  for (; d < D; d += kV) {
     Vec kv[NT];
     PA_UNROLL
     for (int t = 0; t < NT; ++t) kv[t] = load_f32(k + (j + t) * D + d);
