@@ -41,6 +41,8 @@ enum RField { rQ0, rQn, rKvh, rProw, rSplits, rFields };
 constexpr int kRowsLayoutMin = 16;
 // Partials per query row that one reduction combines (finish_row's stack arrays).
 constexpr int64_t kMaxSplits = 64;
+// Largest head size (attention.py rejects larger ones): finish_row's stack row.
+constexpr int64_t kMaxHeadSize = 512;
 
 struct Geometry {
   int64_t heads, kv_heads, group, dim, block;
@@ -294,9 +296,10 @@ void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch&
 }
 
 // out_row = sum_s w_s acc_s / (sum_s w_s l_s + sink term), w_s = e^(m_s - M), times v_scale.
+// pair_split: the accumulators are in load_pair's order (a dot-layout item over a bf16 cache).
 template <typename QT>
 void finish_row(const float* const* acc, const float* m, const float* l, int splits,
-                const float* sink, float v_scale, int64_t D, QT* out) {
+                const float* sink, float v_scale, int64_t D, bool pair_split, QT* out) {
   float M = sink ? *sink : kNegInf;
   for (int s = 0; s < splits; ++s) M = std::max(M, m[s]);
   if (M == kNegInf) {  // no visible key and no sink
@@ -310,13 +313,14 @@ void finish_row(const float* const* acc, const float* m, const float* l, int spl
     denom += wts[s] * l[s];
   }
   const float norm = denom > 0.f ? v_scale / denom : 0.f;
+  alignas(64) float row[kMaxHeadSize];
   for (int64_t d = 0; d < D; d += kV) {
     Vec o(0.f);
     for (int s = 0; s < splits; ++s) o = at::vec::fmadd(Vec(wts[s]), Vec::loadu(acc[s] + d), o);
-    alignas(64) float tmp[kV];
-    (o * Vec(norm)).store(tmp);
-    for (int i = 0; i < kV; ++i) out[d + i] = static_cast<QT>(tmp[i]);
+    (o * Vec(norm)).store(row + d);
   }
+  for (int64_t d = 0; d < D; ++d)
+    out[d] = static_cast<QT>(row[pair_split ? pair_split_order(d, D) : d]);
 }
 
 struct Buffers {
@@ -356,14 +360,17 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
         const int64_t h = item[kKvh] * G + r % G;
         const float* acc = w.acc + r * D;
         finish_row(&acc, w.m + r, w.l + r, 1, bufs.sinks ? bufs.sinks + h : nullptr,
-                   bufs.v_scale, D, out + ((item[kQ0] + r / G) * H + h) * D);
+                   bufs.v_scale, D, kPairSplit<KT> && !rows_layout,
+                   out + ((item[kQ0] + r / G) * H + h) * D);
       }
     }
   });
 }
 
+// pair_split: dot-layout partials (fewer than kRowsLayoutMin rows) are in load_pair's order.
 template <typename QT>
-void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buffers& bufs) {
+void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buffers& bufs,
+                bool pair_split) {
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
   at::parallel_for(0, E, 1, [&](int64_t e0, int64_t e1) {
     const float* acc[kMaxSplits];
@@ -380,7 +387,7 @@ void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buf
         }
         const int64_t h = x[rKvh] * G + r % G;
         finish_row(acc, m, l, x[rSplits], bufs.sinks ? bufs.sinks + h : nullptr, bufs.v_scale,
-                   D, out + ((x[rQ0] + r / G) * H + h) * D);
+                   D, pair_split && R < kRowsLayoutMin, out + ((x[rQ0] + r / G) * H + h) * D);
       }
     }
   });
@@ -494,8 +501,8 @@ PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t 
     ok = dispatch_cache(cache_dtype, [&](auto ctag) {
       using KT = decltype(ctag);
       run_items(st, items, num_items, static_cast<const KT*>(cache), q, o, bufs);
+      if (num_reduce > 0) run_reduce(st, reduce, num_reduce, o, bufs, kPairSplit<KT>);
     });
-    if (ok && num_reduce > 0) run_reduce(st, reduce, num_reduce, o, bufs);
   });
   return ok ? 0 : -1;
 }

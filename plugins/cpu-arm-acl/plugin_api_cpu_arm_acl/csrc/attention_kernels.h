@@ -221,6 +221,7 @@ inline void softmax_rows(float* st, int64_t Rp, int j0, int j1, float kb, const 
 // ---- P.V ---------------------------------------------------------------------------------------
 
 // acc[r][d..d+NV*kV) = acc * alpha[r] + sum_{j in [j0, j1)} P(r, j) v[j][d..], for MR rows.
+// The accumulator row is in load_pair's order for VT (pair_split_order when kPairSplit<VT>).
 // P(r, j) = p[r * prs + j * pts] (either layout); v rows are [.][D] of type VT.
 template <int MR, int NV, typename VT>
 inline void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
@@ -234,8 +235,13 @@ inline void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int64
   }
   for (int j = j0; j < j1; ++j) {
     Vec vv[NV];
-    PA_UNROLL
-    for (int x = 0; x < NV; ++x) vv[x] = load_f32(v + j * D + d + x * kV);
+    if constexpr (NV % 2 == 0) {  // whole pairs: the accumulator is in load_pair's order
+      PA_UNROLL
+      for (int x = 0; x < NV; x += 2) load_pair(v + j * D + d + x * kV, vv[x], vv[x + 1]);
+    } else {
+      PA_UNROLL
+      for (int x = 0; x < NV; ++x) vv[x] = load_f32(v + j * D + d + x * kV);
+    }
     PA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const Vec pb(p[r * prs + j * pts]);
@@ -256,6 +262,8 @@ inline void pv_rows(const float* p, int64_t prs, int64_t pts, const VT* v, int64
   int64_t d = 0;
   for (; d + NV * kV <= D; d += NV * kV)
     pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
+  // chunks of 2 * kV stay pairs (pair_split_order), only a shorter tail is single
+  for (; d + 2 * kV <= D; d += 2 * kV) pv_tile<MR, 2>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
   for (; d < D; d += kV) pv_tile<MR, 1>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
 }
 
