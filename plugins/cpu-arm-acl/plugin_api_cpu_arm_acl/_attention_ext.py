@@ -15,6 +15,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +152,10 @@ def _build(isa: IsaPath, name: str, folder: Path, library: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "build.log"
+    # each process builds in its own folder and renames the result into place, so a process
+    # that finds the library never sees one that another process is still linking
+    work = folder / f"build-{os.getpid()}"
+    work.mkdir(exist_ok=True)
     print(
         f"plugin-api cpu-arm-acl: building the CPU attention kernels ({isa.name}) once "
         f"into {folder}",
@@ -162,7 +167,7 @@ def _build(isa: IsaPath, name: str, folder: Path, library: Path) -> None:
             sources=[str(CSRC / s) for s in SOURCES],
             extra_cflags=list(COMMON_CFLAGS + isa.cflags),
             extra_include_paths=[str(CSRC)],
-            build_directory=str(folder),
+            build_directory=str(work),
             is_python_module=False,
             verbose=False,
         )
@@ -173,8 +178,12 @@ def _build(isa: IsaPath, name: str, folder: Path, library: Path) -> None:
             f"{type(e).__name__}; compiler output in {log}",
             backend="cpu-arm-acl",
         ) from e
-    if not library.is_file():
+    built = work / f"{name}.so"
+    if not built.is_file():
         raise ExtensionBuildError(
-            f"cpu-arm-acl: the build of {name} left no {library.name} in {folder}",
+            f"cpu-arm-acl: the build of {name} left no {built.name} in {work}",
             backend="cpu-arm-acl",
         )
+    built.replace(library)
+    log.unlink(missing_ok=True)  # a log left by an earlier failed attempt
+    shutil.rmtree(work, ignore_errors=True)
