@@ -52,10 +52,22 @@ inline void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s,
       for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(qv, kv[t], acc[r][t]);
     }
   }
-  PA_UNROLL
-  for (int r = 0; r < MR; ++r)
+  if constexpr (MR * NT == 8) {
+    alignas(32) float sums[8];
+    Vec flat[8];  // a copy, so that acc itself never has its address taken
     PA_UNROLL
-    for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
+    for (int i = 0; i < 8; ++i) flat[i] = acc[i / NT][i % NT];
+    reduce_add_8(flat, sums);
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = sums[r * NT + t];
+  } else {
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
+  }
 }
 
 // Rows [j, j + n) of the next block's K and V (null when there is none), spread over the

@@ -89,6 +89,20 @@ inline float reduce_add(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
 }
 
+// out[i] = sum of the lanes of v[i], for 8 vectors. With AVX2 one transposing add tree does
+// all 8 (9 operations instead of 8 separate reductions of 6 or 7).
+inline void reduce_add_8(const Vec* v, float* out) {
+#if defined(CPU_CAPABILITY_AVX2)
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 c = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  // a = [v0..v3 lanes 0-3 | v0..v3 lanes 4-7], c likewise for v4..v7
+  const __m256 lo = _mm256_permute2f128_ps(a, c, 0x20), hi = _mm256_permute2f128_ps(a, c, 0x31);
+  _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
+#else
+  for (int i = 0; i < 8; ++i) out[i] = reduce_add(v[i]);
+#endif
+}
+
 inline float reduce_max(const Vec& v) {
   return at::vec::vec_reduce_all<float>(
       [](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
