@@ -37,6 +37,7 @@ PINNED_IMAGE = re.compile(
     r"^(?P<repo>[^@\s]+?)(?::[\w][\w.-]{0,127})?@sha256:(?P<hex>[0-9a-f]{64})$"
 )
 _COMMIT_URL = re.compile(r"#[0-9a-f]{40}$")
+_AUTOMATIC = frozenset({"TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +177,7 @@ class _Walker:
             else:
                 value = None
             scope_env[name] = value
-            if name not in ("TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT"):
+            if name not in _AUTOMATIC or name in self.given:  # automatic: from the platform
                 self.args.append({"scope": scope, "name": name, "value": value})
 
     def _env(self, ins: dfp.Instruction) -> None:

@@ -220,3 +220,14 @@ def test_repo_dockerfiles_key_and_cli_json() -> None:
         assert any(p.startswith(f"plugins/{plugin}/plugin_api_") for p in paths)
         assert not any("__pycache__" in p or ".egg-info" in p for p in paths)
         assert all(p.split("@")[1].startswith("sha256:") for p in record["parents"])
+
+
+def test_automatic_platform_args(tmp_path: Path) -> None:
+    text = f"FROM {PARENT}\nARG TARGETARCH\nCOPY app.py /${{TARGETARCH}}.py\n"
+    ctx = make(tmp_path, text)
+    assert compute(ctx / "Dockerfile", ctx).record["args"] == []  # recorded as the platform
+    given = compute(ctx / "Dockerfile", ctx, {"TARGETARCH": "riscv64"}).record["args"]
+    assert given == [{"scope": "stage 0", "name": "TARGETARCH", "value": "riscv64"}]
+    builder_arg = make(tmp_path / "b", f"FROM {PARENT}\nARG BUILDARCH\n")
+    with pytest.raises(InputError, match="depends on the machine that builds"):
+        compute(builder_arg / "Dockerfile", builder_arg)

@@ -95,37 +95,45 @@ def test_stable_takes_only_trusted_images(client: Registry, repo: str) -> None:
 
 
 def test_concurrent_stable_promotion_one_wins(
-    proxy: FaultyProxy, client: Registry, repo: str
+    registry_url: str, proxy: FaultyProxy, client: Registry, repo: str
 ) -> None:
     digests = {
         k: push_for_key(client, repo, tag_for(Namespace.TRUSTED, k), k, content=k.encode())
         for k in (KEY, KEY2)
     }
-    # Both promoters read "absent" before either write lands (writes are delayed 0.2 s).
-    proxy.rules.append(Rule("delay", path=f"/manifests/{STABLE_TAG}", method="PUT", seconds=0.2))
+    # Both promoters read "absent" before either write lands; KEY's write lands first (0.1 s),
+    # KEY2's later (0.5 s), so KEY2 is the last writer and must be the only winner.
+    late = FaultyProxy(registry_url)
+    path = f"/manifests/{STABLE_TAG}"
+    proxy.rules.append(Rule("delay", path=path, method="PUT", seconds=0.1))
+    late.rules.append(Rule("delay", path=path, method="PUT", seconds=0.5))
     barrier = threading.Barrier(2)
     results: dict[str, Write | Exception] = {}
 
-    def promote(key: str) -> None:
-        via = Registry(proxy.url, timeout=5, retries=0)
+    def promote(key: str, via: FaultyProxy) -> None:
+        client = Registry(via.url, timeout=5, retries=0)
         barrier.wait()
         try:
-            results[key] = move_stable(via, repo, key, None, window_s=1.5)
+            results[key] = move_stable(client, repo, key, None, window_s=1.5)
         except Exception as e:
             results[key] = e
 
-    threads = [threading.Thread(target=promote, args=(k,)) for k in (KEY, KEY2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    winners = [k for k, r in results.items() if isinstance(r, Write)]
-    losers = [r for r in results.values() if not isinstance(r, Write)]
-    assert len(winners) == 1, results
-    assert len(losers) == 1 and isinstance(losers[0], StableConflict), results
-    assert "a concurrent promotion wrote after us and won" in str(losers[0])
-    assert proxy.count("PUT", f"/manifests/{STABLE_TAG}") == 2  # both really wrote
-    assert client.resolve(repo, STABLE_TAG).digest == digests[winners[0]]
+    threads = [
+        threading.Thread(target=promote, args=(KEY, proxy)),
+        threading.Thread(target=promote, args=(KEY2, late)),
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        late.close()
+    assert isinstance(results[KEY2], Write), results
+    assert isinstance(results[KEY], StableConflict), results
+    assert "a concurrent promotion wrote after us and won" in str(results[KEY])
+    assert proxy.count("PUT", STABLE_TAG) == late.count("PUT", STABLE_TAG) == 1  # both wrote
+    assert client.resolve(repo, STABLE_TAG).digest == digests[KEY2]
 
 
 def test_stable_write_failure_is_reported_as_unknown(
