@@ -4,8 +4,20 @@ PY := $(VENV)/bin/python
 PLUGINS := plugins/cpu-arm-acl plugins/xpu plugins/cuda-sm90 plugins/rocm
 STAMP := $(VENV)/.installed
 
-.PHONY: setup doctor test lint
+.PHONY: setup doctor test lint system-deps
 setup: $(STAMP)
+
+# Debian packages the tests call: shellcheck and jq (docs checks), docker-registry (a real OCI
+# registry for tests/ci). Installed when missing and apt-get is usable (root); otherwise say so.
+DEBIAN_DEPS := shellcheck jq docker-registry
+system-deps:
+	@missing=""; for p in $(DEBIAN_DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	  else echo "make test needs the Debian packages:$$missing (apt-get install as root)"; exit 1; fi; \
+	fi
 
 # torch==2.13.0 goes first: a range resolved later would otherwise pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
@@ -22,6 +34,6 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: setup lint
+test: setup system-deps lint
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pytest --plugin-api-backend=reference

@@ -14,7 +14,8 @@ mistakes. What is checked, per Markdown file under ``docs/`` plus ``README.md``:
   distribution of this repository (``PLUGIN_API_VERSION`` for ``plugin-api``) equals the version
   in its pyproject.toml, any other ``*_VERSION`` is a PEP 440 version. Every pin is used by a
   later command, and no command repeats a pinned value instead of naming it. Guides under
-  ``docs/deploy/`` have exactly one pins block. Any ``sha256:`` anywhere is 64 hex digits;
+  ``docs/deploy/`` have exactly one pins block. Any ``sha256:`` followed by letters or digits
+  anywhere is 64 lowercase hex digits (``sha256:<digest>``, ``sha256:...`` describe the format);
 - relative links and images resolve to a file, and ``#anchors`` to a heading.
 
 Info-string words after the language are flags: ``runnable`` (executed by the tests, shell
@@ -312,7 +313,9 @@ def check_digests(rel: str, text: str) -> list[Finding]:
     findings = []
     for i, line in enumerate(text.splitlines(), start=1):
         for m in _ANY_DIGEST.finditer(line):
-            if not re.fullmatch(r"[0-9a-f]{64}", m[1]):
+            # "sha256:<digest>" or "sha256:..." describe the format; anything that starts
+            # like a digest must be one.
+            if m[1] and not re.fullmatch(r"[0-9a-f]{64}", m[1]):
                 findings.append(
                     Finding(rel, i, "digest", f"'{m[0]}' is not sha256: + 64 lowercase hex digits")
                 )
