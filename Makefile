@@ -25,3 +25,4 @@ lint: setup
 test: setup lint
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pytest --plugin-api-backend=reference
+	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl

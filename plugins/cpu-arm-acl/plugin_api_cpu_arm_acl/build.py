@@ -109,10 +109,18 @@ def _build(onednn: OneDnnInstall) -> Extension:
             f"cpu-arm-acl: building the oneDNN extension failed; compiler log: {log}\n{tail}",
             backend="cpu-arm-acl",
         ) from e
+    ops = getattr(torch.ops, NAMESPACE)
+    loaded = str(ops.onednn_version())
+    if loaded != onednn.version:  # torch ships other oneDNN headers; these must not mix
+        raise ExtensionBuildError(
+            f"cpu-arm-acl: built against oneDNN {onednn.version} headers ({onednn.include}) but "
+            f"loaded oneDNN {loaded}; check LD_LIBRARY_PATH and {settings.ROOT}",
+            backend="cpu-arm-acl",
+        )
     seconds = 0.0 if cached else time.perf_counter() - started
     if not cached:
         print(f"plugin-api cpu-arm-acl: built in {seconds:.0f} s", file=sys.stderr, flush=True)
-    return Extension(getattr(torch.ops, NAMESPACE), onednn, build_dir, seconds)
+    return Extension(ops, onednn, build_dir, seconds)
 
 
 def _cpu_id() -> str:
