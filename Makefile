@@ -37,3 +37,4 @@ lint: setup
 test: setup system-deps lint
 	$(VENV)/bin/pytest
 	$(VENV)/bin/pytest --plugin-api-backend=reference
+	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
