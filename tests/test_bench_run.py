@@ -99,6 +99,7 @@ def test_table_and_doctor_summary(tiny_run):
     assert len(lines) == 1 + len(C.FAMILIES)
     assert lines[1].startswith("  gemm       2/2 ok") and "vs linear_bf16 x" in lines[1]
     assert lines[4].startswith("  state      1/1 ok")
+    assert ".." not in lines[4] and lines[4].endswith("% of ceiling")  # one case, no range
 
 
 def test_roofline_png(tiny_run, tmp_path: Path):

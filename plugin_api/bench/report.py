@@ -240,7 +240,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         text = f"  {family:<10} {len(ok)}/{len(cases)} ok"
         if ok:
             fr = sorted(100 * d["fraction_of_ceiling"] for d in ok)
-            text += f", {fr[0]:.0f}%..{fr[-1]:.0f}% of ceiling"
+            span = f"{fr[0]:.0f}%" if len(fr) == 1 else f"{fr[0]:.0f}%..{fr[-1]:.0f}%"
+            text += f", {span} of ceiling"
             ratios: dict[str, list[float]] = defaultdict(list)
             for d in ok:
                 for name, b in d["baselines"].items():
