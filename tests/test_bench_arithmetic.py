@@ -21,6 +21,7 @@ from plugin_api.bench.harness import (
     summarize,
     sysfs_llc,
 )
+from plugin_api.bench.machine import isa_flags
 
 MiB = 1 << 20
 
@@ -271,3 +272,10 @@ def test_eviction_and_copy_buffers_scale_with_the_cache():
     assert eviction_bytes(CacheSize(1 * MiB, "x")) == 8 * MiB
     assert copy_buffer_bytes(32 * MiB) == 256 * MiB
     assert copy_buffer_bytes(384 * MiB) == 1536 * MiB
+
+
+def test_isa_flags_keep_the_kernel_relevant_ones():
+    flags = frozenset({"avx2", "avx512_bf16", "amx_tile", "fma", "smep", "smap", "sme", "sve2"})
+    assert isa_flags(flags | {"sme2", "pclmulqdq", "i8mm"}) == [
+        "amx_tile", "avx2", "avx512_bf16", "fma", "i8mm", "sme", "sme2", "sve2"
+    ]  # fmt: skip

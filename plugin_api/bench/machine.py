@@ -12,7 +12,7 @@ from .._version import __version__
 from ..backend import Backend
 
 # the instruction-set extensions that decide which kernels can run (x86 and Arm names)
-_ISA = re.compile(r"^(sse|ssse|avx|amx|fma|f16c|asimd|sve|sme|bf16|i8mm|fphp|svebf16|dotprod)")
+_ISA = re.compile(r"^(sse|ssse|avx|amx|fma|f16c|asimd|sve|sme(\d|_|$)|bf16|i8mm|fphp|dotprod)")
 
 
 def isa_flags(flags: frozenset[str]) -> list[str]:
