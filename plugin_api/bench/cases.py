@@ -301,18 +301,7 @@ def state_cases() -> tuple[Case, ...]:
     copies = tuple(
         StateCase(name, conv, ssm, b) for name, conv, ssm in MAMBA2 for b in STATE_BLOCKS
     )
-    return copies + state_manager_cases()
-
-
-def state_manager_cases() -> tuple[Case, ...]:
-    """HOOK (not wired yet): the host-side state-cache manager's cost per step.
-
-    The ``plugin_api/state_cache/`` work provides a function that measures the manager's
-    bookkeeping per scheduler step. To wire it: add a case class here (name, nbytes, flops,
-    params) and register its setup with ``workloads.setup.register``; it then runs, is timed
-    and reported like every other state case.
-    """
-    return ()
+    return copies  # the manager's per-step cost is measured apart: see state_manager.py
 
 
 # ---- selection ------------------------------------------------------------------------------

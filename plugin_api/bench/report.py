@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from . import state_manager
 from .cases import ALL, FAMILIES, QUICK
 from .ceilings import Ceilings
 from .harness import Stats
@@ -130,6 +131,7 @@ def run_dict(run: BenchRun) -> dict[str, Any]:
             ],
         },
         "cases": [case_dict(r, c) for r in run.results],
+        "state_manager": run.state_manager.to_dict() if run.state_manager else None,
     }
 
 
@@ -215,7 +217,8 @@ def table_text(data: dict[str, Any]) -> str:
         ]
         return "  ".join(cells) + "  " + str(r[-1] or "")
 
-    return "\n".join([*header_lines(data), "", line(head), *map(line, rows)])
+    extra = state_manager.lines(data["state_manager"]) if data.get("state_manager") else []
+    return "\n".join([*header_lines(data), "", line(head), *map(line, rows), *extra])
 
 
 def _geomean(xs: list[float]) -> float:
@@ -253,4 +256,6 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
             if fallbacks:
                 text += f", {fallbacks} via fallback"
         lines.append(text)
+    if data.get("state_manager"):
+        lines.extend("  " + ln for ln in state_manager.lines(data["state_manager"]))
     return lines

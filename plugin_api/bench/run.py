@@ -20,13 +20,14 @@ import torch
 from ..backend import Backend
 from ..errors import FallbackRefused, UnsupportedSpec
 from ..ops.provenance import Provenance, record_ops
-from . import harness
+from . import harness, state_manager
 from .baselines import Baseline
 from .cases import Case, Family, select
 from .ceilings import Bound, Ceilings, copy_buffer_bytes, measure_ceilings
 from .harness import CacheSize, Evictor, Method, Stats, measure
 from .machine import describe_machine
 from .report import progress_line
+from .state_manager import ManagerCost
 from .workloads import Context, setup
 
 Status = Literal["ok", "unsupported", "error"]
@@ -71,6 +72,7 @@ class BenchRun:
     started: str
     wall_s: float
     command: str = ""
+    state_manager: ManagerCost | None = None
 
 
 def _error(e: BaseException) -> str:
@@ -186,6 +188,10 @@ def run_bench(
         results.append(r)
         say("    " + progress_line(r, ceilings))
     ctx.fixtures.clear()
+    manager = None
+    if "state" in families and cases is None:
+        say("state manager: cost per step at 4k and 480k tokens of context ...")
+        manager = state_manager.measure(quick=quick)
     return BenchRun(
         backend=backend.id,
         device=str(device),
@@ -200,4 +206,5 @@ def run_bench(
         started=started,
         wall_s=time.perf_counter() - t_start,
         command=command,
+        state_manager=manager,
     )
