@@ -5,6 +5,10 @@ prefill rows by the FA2 paged prefill (its sink-aware variant when the spec has 
 launches kernels on plan buffers, so decode steps can be captured in CUDA graphs at the level
 ``cudagraph_support`` states. KV-sharing layers arrive with ``key=None, value=None``: the host
 skips ``write_kv`` and nothing here reads K/V, so no placeholder is ever made.
+
+FlashInfer keeps a prefill plan inside its wrapper object, so each plan chain owns one wrapper:
+``plan(reuse=previous)`` re-plans the previous wrapper, a plan without ``reuse`` makes a new one
+(two live plans never share planning state).
 """
 
 from __future__ import annotations
