@@ -4,14 +4,14 @@
 #   here:   bash plugins/cuda-sm90/gpu_prepare.sh          # fills .whl/ (trimmed flashinfer...)
 #   device: run(command="bash plugins/cuda-sm90/gpu_check.sh", carry=[".whl"], timeout_s=600)
 #
-# Stages (each logged under $OUT, one line each in $OUT/summary.txt with rc and seconds):
+# Stages (logged under $OUT, one line each in $OUT/summary.txt with rc and seconds):
 #   install   flashinfer + deps from .whl/ into /tmp/site; this checkout, editable
 #   env       GPU, versions, `plugin-api doctor --json` on the real machine
 #   kit       the conformance kit on cuda-sm90 (oracle comparison; on CUDA its graph test
 #             captures and replays every accepted spec and compares with eager)
 #   gpu       the plugin's GPU tests: padded one-token graphs, replay after re-planning
 #   targets   issue targets: decode K/V bytes/s vs copy bandwidth, LM head 40x4096x248320
-#   bench     `plugin-api bench --op attention` and `--op gemm` (if this checkout has the verb)
+#   bench     `plugin-api bench --op attention --op gemm` (if this checkout has the verb)
 # STAGES="kit gpu" runs a subset (install and env always run). A stage that cannot finish
 # before DEADLINE seconds (default 560, under the 600 s call limit) is skipped and says so.
 # FlashInfer compiles its kernels on first use (nvcc, JIT): the kit runs under pytest-xdist
@@ -30,10 +30,11 @@ t0=$SECONDS
 
 note() { echo "$*" | tee -a "$summary"; }
 
-# stage NAME LIMIT CMD...: run with a time limit, log to $OUT/NAME.log, record the outcome
+# stage NAME LOG LIMIT CMD...: run with a time limit, log to $OUT/LOG.log, record the outcome
+# (at most 8 files come back from $OUT: summary, setup, kit, gpu, targets x2, bench x2)
 stage() {
-    local name=$1 limit=$2
-    shift 2
+    local name=$1 log=$2 limit=$3
+    shift 3
     local left=$((DEADLINE - (SECONDS - t0)))
     if [ "$left" -lt 20 ]; then
         note "$name: SKIPPED, ${left}s left before the deadline"
@@ -42,16 +43,16 @@ stage() {
     [ "$limit" -gt "$left" ] && limit=$left
     local start=$SECONDS rc
     if declare -F "$1" >/dev/null; then  # a function of this script: run it in a child bash
-        timeout "$limit" bash -c "$(declare -f "$1"); $1" >>"$OUT/$name.log" 2>&1
+        timeout "$limit" bash -c "$(declare -f "$1"); $1" >>"$OUT/$log.log" 2>&1
     else
-        timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
+        timeout "$limit" "$@" >>"$OUT/$log.log" 2>&1
     fi
     rc=$?
     local took=$((SECONDS - start))
     if [ "$rc" -eq 124 ]; then
-        note "$name: TIMED OUT after ${took}s (limit ${limit}s); see $name.log"
+        note "$name: TIMED OUT after ${took}s (limit ${limit}s); see $log.log"
     else
-        note "$name: rc=$rc in ${took}s; see $name.log"
+        note "$name: rc=$rc in ${took}s; see $log.log"
     fi
     return 0
 }
@@ -86,20 +87,20 @@ if [ ! -d .whl ]; then
     note "without flashinfer the plugin is unavailable: no other stage can run"
     exit 1
 fi
-stage install 120 install
+stage install setup 120 install
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage env 60 envinfo
+stage env setup 60 envinfo
 xdist=()
 python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
 for s in $STAGES; do
     case $s in
-    kit) stage kit 330 python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" --plugin-api-backend=cuda-sm90 -ra ;;
-    gpu) stage gpu 120 python3 -m pytest -q -p no:cacheprovider -ra plugins/cuda-sm90/tests/test_gpu.py ;;
-    targets) stage targets 150 python3 plugins/cuda-sm90/tools/targets.py "$OUT/targets.json" ;;
+    kit) stage kit kit 330 python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" --plugin-api-backend=cuda-sm90 -ra ;;
+    gpu) stage gpu gpu 120 python3 -m pytest -q -p no:cacheprovider -ra plugins/cuda-sm90/tests/test_gpu.py ;;
+    targets) stage targets targets 150 python3 plugins/cuda-sm90/tools/targets.py "$OUT/targets.json" ;;
     bench)
         if python3 -m plugin_api bench --help >/dev/null 2>&1; then
-            stage bench 90 python3 -m plugin_api bench --op attention
-            stage bench 90 python3 -m plugin_api bench --op gemm
+            stage bench bench 180 python3 -m plugin_api bench --op attention --op gemm \
+                --backend cuda-sm90 --json "$OUT/bench.json"
         else
             note "bench: NOT RUN: this checkout's plugin-api has no 'bench' verb yet"
         fi
