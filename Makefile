@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,bench,dev]' $(addprefix -e ,$(PLUGINS))
+	# cuda-sm90 binds its FlashInfer calls to the real API: flashinfer without its CUDA deps
+	$(PY) -m pip install -q -e 'plugins/cuda-sm90[api-check]'
+	$(PY) -m pip install -q --no-deps 'flashinfer-python>=0.7.4,<0.7.5'
 	touch $@
 
 doctor: setup
