@@ -16,7 +16,7 @@ from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
 from plugin_api.triton.impl import TritonAttention, TritonQuant, TritonState
 from plugin_api.triton.launch import DEFAULT, TABLES, AttentionLaunch, LaunchTable, lookup
-from plugin_api.triton.target import TritonTarget
+from plugin_api.triton_target import TritonTarget
 
 
 def _capture(info: DeviceInfo) -> Decision:

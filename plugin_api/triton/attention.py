@@ -150,7 +150,8 @@ def _dot_types(dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.devic
     - PV: p is rounded to the model dtype, except with an fp8 cache: then both p and v go to
       fp16, which holds every e4m3 value exactly and rounds p 8x finer than bf16 (fp8 caches
       hold large values scaled down, where bf16 p errors would show).
-    - fp32 models use IEEE fp32 products (tf32 is outside the fp32 tolerance).
+    - fp32 operands use IEEE products (tf32 is outside the fp32 tolerance); other operand
+      types leave the choice to the backend (not every backend accepts "tf32").
     - On the CPU (only ever the interpreter) bf16 operands widen to fp32 after rounding: the
       3.9 interpreter multiplies a bf16 dot's raw bits. The products stay the same.
     """
@@ -160,8 +161,8 @@ def _dot_types(dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.devic
     if device.type == "cpu":
         qk = tl.float32 if qk == tl.bfloat16 else qk
         pv = tl.float32 if pv == tl.bfloat16 else pv
-    exact = tl.float32 in (qk, pv)
-    return dict(QK_DTYPE=qk, P_DTYPE=p, PV_DTYPE=pv, PRECISION="ieee" if exact else "tf32")
+    precision = "ieee" if tl.float32 in (qk, pv) else None  # None: the backend's default
+    return dict(QK_DTYPE=qk, P_DTYPE=p, PV_DTYPE=pv, PRECISION=precision)
 
 
 def tile_map(

@@ -17,8 +17,8 @@ from ...device_info import DeviceInfo
 from ...ops.attention import AttentionBatch, AttentionSpec, KVCache
 from ...ops.decision import Decision, ImplPath
 from ...ops.graphs import GraphLevel, GraphSupport
+from ...triton_target import TritonTarget
 from ..launch import AttentionLaunch, table_for
-from ..target import TritonTarget
 
 MAX_HEAD_SIZE = 256  # one [BLOCK_M, head_size] fp32 accumulator per program stays in registers
 FEATURES = (

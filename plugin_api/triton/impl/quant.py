@@ -7,7 +7,7 @@ import torch
 from ...device_info import DeviceInfo
 from ...ops.decision import Decision, ImplPath
 from ...ops.quant import QuantSpec
-from ..target import TritonTarget
+from ...triton_target import TritonTarget
 
 
 class TritonQuant:

@@ -9,7 +9,7 @@ import torch
 from ...device_info import DeviceInfo
 from ...ops.decision import Decision, ImplPath
 from ...ops.state import StateSpec
-from ..target import TritonTarget
+from ...triton_target import TritonTarget
 
 
 class TritonState:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.decision import Decision
-from plugin_api.triton.target import TritonTarget
+from plugin_api.triton_target import TritonTarget
 
 from . import facts
 

@@ -1,6 +1,8 @@
-"""Where the portable kernels run, as a plugin declares it, and whether Triton is there.
+"""Where the portable Triton kernels run, as a plugin declares it, and whether Triton is there.
 
-Light (no torch, no triton): plugins import it from their probe module.
+Outside ``plugin_api.triton`` on purpose: plugins import it from their probe module, which loads
+on every machine, while ``plugin_api.triton`` loads only for a selected backend that uses it.
+Light: no torch, no triton.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from ..device_info import DeviceInfo
-from ..ops.decision import Decision
+from .device_info import DeviceInfo
+from .ops.decision import Decision
 
 # tl.math.div_rn, fp_downcast_rounding and bitcasts in .to() are all present from 3.0 on.
 MIN_TRITON = Version("3.0")
