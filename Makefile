@@ -20,11 +20,11 @@ system-deps:
 	fi
 
 # torch==2.13.0 goes first: a range resolved later would otherwise pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,bench,dev]' $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install -q -e '.[test,bench,dev,triton]' $(addprefix -e ,$(PLUGINS))
 	# cuda-sm90 binds its FlashInfer calls to the real API: flashinfer without its CUDA deps
 	$(PY) -m pip install -q -e 'plugins/cuda-sm90[api-check]'
 	$(PY) -m pip install -q --no-deps 'flashinfer-python>=0.7.4,<0.7.5'
@@ -37,7 +37,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The Triton kernels run on the CPU only in the interpreter, which must be chosen before triton
+# traces them: their own pytest process, so no other test runs interpreted.
 test: setup system-deps lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --ignore=tests/triton_kernels
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
