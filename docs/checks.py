@@ -39,13 +39,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib  # Python 3.11+: the docs checks run on the CI interpreter
-from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from packaging.version import InvalidVersion, Version
 
-SHELL = frozenset({"bash", "sh", "shell", "console"})
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:  # run as ``python docs/checks.py``: ci/ lives at the root
+    sys.path.insert(0, str(_ROOT))
+
+# The parsing is shared with ``ci.pins`` (one place: ci/docblocks.py).
+from ci.docblocks import (  # noqa: E402
+    ASSIGN,
+    DIGEST,
+    PINS,
+    RUNNABLE,
+    Block,
+    Finding,
+    blocks,
+    doc_files,
+    parse,
+    parse_pins,
+    pins_blocks,
+)
+
 PYTHON = frozenset({"python", "py"})
-RUNNABLE, PINS = "runnable", "pins"
 TIMEOUT = 300  # seconds for one runnable file or block
 
 
@@ -63,71 +79,8 @@ class Allow:
 ALLOW: tuple[Allow, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    path: str  # relative to the checked root, POSIX separators
-    line: int
-    check: str  # syntax, shellcheck, python, excerpt, pins, digest, link, allow-list
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: [{self.check}] {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """One fenced code block: ``line`` is the 1-based line of its opening fence."""
-
-    path: Path
-    line: int
-    lang: str
-    flags: frozenset[str]
-    text: str
-
-    @property
-    def source(self) -> str | None:
-        """The repository file this block quotes (flag ``file=PATH``), if any."""
-        return next((f[5:] for f in self.flags if f.startswith("file=")), None)
-
-    @property
-    def shell(self) -> bool:
-        return self.lang in SHELL
-
-    @property
-    def code(self) -> str:
-        """The commands: a ``console`` block's lines after ``$ `` (others are output)."""
-        if self.lang != "console":
-            return self.text
-        lines = [ln[2:] if ln.startswith("$ ") else "" for ln in self.text.splitlines()]
-        return "\n".join(lines) + "\n"
-
-
-_MD = MarkdownIt("commonmark").enable("table")
-
-
-def doc_files(root: Path) -> list[Path]:
-    files = sorted((root / "docs").rglob("*.md"))
-    readme = root / "README.md"
-    return [*files, readme] if readme.exists() else files
-
-
 def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
-
-
-def parse(path: Path) -> list[Token]:
-    return _MD.parse(path.read_text(encoding="utf-8"))
-
-
-def blocks(path: Path, tokens: Sequence[Token] | None = None) -> list[Block]:
-    out = []
-    for t in tokens if tokens is not None else parse(path):
-        if t.type != "fence" or t.map is None:
-            continue
-        words = t.info.split()
-        lang = words[0].lower() if words else ""
-        out.append(Block(path, t.map[0] + 1, lang, frozenset(words[1:]), t.content))
-    return out
 
 
 # ---- shell ---------------------------------------------------------------------------------------
@@ -225,11 +178,6 @@ def check_excerpt(root: Path, rel: str, block: Block) -> list[Finding]:
 
 # ---- pins ----------------------------------------------------------------------------------------
 
-_ASSIGN = re.compile(
-    r"""^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?:"(?P<dq>[^"$`\\]*)"|'(?P<sq>[^']*)'|"""
-    r"""(?P<bare>[^\s"'$`\\#;&|]*))\s*(?:\#.*)?$"""
-)
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
 _ANY_DIGEST = re.compile(r"sha256:([0-9A-Za-z]*)")
 
@@ -248,32 +196,13 @@ def repo_versions(root: Path) -> dict[str, str]:
     return out
 
 
-def parse_pins(rel: str, block: Block) -> tuple[dict[str, tuple[int, str]], list[Finding]]:
-    pins: dict[str, tuple[int, str]] = {}
-    findings = []
-    for i, raw in enumerate(block.text.splitlines()):
-        line = block.line + 1 + i
-        s = raw.strip()
-        if not s or s.startswith("#"):
-            continue
-        m = _ASSIGN.match(s)
-        if m is None:
-            findings.append(
-                Finding(rel, line, "pins", f"not a NAME=value pin (a pins block is data): {s!r}")
-            )
-            continue
-        value = next(v for v in (m["dq"], m["sq"], m["bare"]) if v is not None)
-        pins[m["name"]] = (line, value)
-    return pins, findings
-
-
 def check_pin_values(
     rel: str, pins: Mapping[str, tuple[int, str]], versions: Mapping[str, str]
 ) -> list[Finding]:
     findings = []
     for name, (line, value) in pins.items():
         problem = None
-        if name.endswith("_DIGEST") and not _DIGEST.match(value):
+        if name.endswith("_DIGEST") and not DIGEST.match(value):
             problem = f"{name}={value!r} is not sha256: followed by 64 lowercase hex digits"
         elif name.endswith("_REVISION") and not _REVISION.match(value):
             problem = f"{name}={value!r} is not a 40-hex-digit commit"
@@ -406,7 +335,7 @@ def check_tree(
                 findings += found
                 if not found and RUNNABLE in b.flags and run_python_blocks:
                     findings += run_python(root, rel, b)
-        pin_blocks = [b for b in shell if PINS in b.flags]
+        pin_blocks = pins_blocks(shell)
         if rel.startswith("docs/deploy/") and len(pin_blocks) != 1:
             findings.append(
                 Finding(
@@ -448,7 +377,7 @@ def with_pins(block: Block, overrides: Mapping[str, str]) -> str:
     left = dict(overrides)
     lines = []
     for raw in block.code.splitlines():
-        m = _ASSIGN.match(raw.strip())
+        m = ASSIGN.match(raw.strip())
         if m and m["name"] in left:
             raw = f'{m["name"]}="{left.pop(m["name"])}"'
         lines.append(raw)

@@ -143,16 +143,23 @@ def _key(args: argparse.Namespace) -> key.ImageKey:
     )
 
 
-def _registry(args: argparse.Namespace) -> Registry:
+def registry_credentials() -> tuple[str, str] | None:
+    """(user, password) from ``CI_IMAGES_REGISTRY_AUTH=user:password``; None when unset."""
     auth = os.environ.get(AUTH_ENV)
-    credentials = None
-    if auth:
-        user, colon, password = auth.partition(":")
-        if not colon:
-            raise ValueError(f"{AUTH_ENV} must be user:password")
-        credentials = (user, password)
+    if not auth:
+        return None
+    user, colon, password = auth.partition(":")
+    if not colon:
+        raise ValueError(f"{AUTH_ENV} must be user:password")
+    return user, password
+
+
+def _registry(args: argparse.Namespace) -> Registry:
     return Registry(
-        args.registry, timeout=args.timeout, retries=args.retries, credentials=credentials
+        args.registry,
+        timeout=args.timeout,
+        retries=args.retries,
+        credentials=registry_credentials(),
     )
 
 

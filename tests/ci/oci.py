@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import tarfile
+import urllib.request
 from collections.abc import Mapping
 
 from ci.images.names import build_labels
@@ -80,3 +81,11 @@ def key_of(text: str) -> str:
 
 def _descriptor(media_type: str, data: bytes, digest: str) -> dict[str, object]:
     return {"mediaType": media_type, "digest": digest, "size": len(data)}
+
+
+def delete_manifest(client: Registry, repo: str, digest: str) -> None:
+    """Delete a manifest by digest; the registry drops every tag that points at it."""
+    url = f"{client.url}/v2/{repo}/manifests/{digest}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10) as r:
+        if r.status != 202:
+            raise AssertionError(f"DELETE {url}: HTTP {r.status}")
