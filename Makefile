@@ -4,15 +4,30 @@ PY := $(VENV)/bin/python
 PLUGINS := plugins/cpu-arm-acl plugins/xpu plugins/cuda-sm90 plugins/rocm
 STAMP := $(VENV)/.installed
 
-.PHONY: setup doctor test lint
+.PHONY: setup doctor test lint system-deps
 setup: $(STAMP)
 
+# Debian packages the tests call: shellcheck and jq (docs checks), docker-registry (a real OCI
+# registry for tests/ci). Installed when missing and apt-get is usable (root); otherwise say so.
+DEBIAN_DEPS := shellcheck jq docker-registry
+system-deps:
+	@missing=""; for p in $(DEBIAN_DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	  else echo "make test needs the Debian packages:$$missing (apt-get install as root)"; exit 1; fi; \
+	fi
+
 # torch==2.13.0 goes first: a range resolved later would otherwise pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,bench,dev]' $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install -q -e '.[test,bench,dev,triton]' $(addprefix -e ,$(PLUGINS))
+	# cuda-sm90 binds its FlashInfer calls to the real API: flashinfer without its CUDA deps
+	$(PY) -m pip install -q -e 'plugins/cuda-sm90[api-check]'
+	$(PY) -m pip install -q --no-deps 'flashinfer-python>=0.7.4,<0.7.5'
 	touch $@
 
 doctor: setup
@@ -22,7 +37,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: setup lint
-	$(VENV)/bin/pytest
+# The Triton kernels run on the CPU only in the interpreter, which must be chosen before triton
+# traces them: their own pytest process, so no other test runs interpreted.
+test: setup system-deps lint
+	$(VENV)/bin/pytest --ignore=tests/triton_kernels
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl

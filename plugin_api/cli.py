@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .backend import Backend
+from .bench.cli import add_arguments as add_bench_arguments
 from .errors import PluginApiError, SelectionError
 from .machines import MACHINES, machine
 from .op_report import ops_report, ops_text
@@ -52,6 +53,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if args.bench and args.device_info:
+        raise ValueError("doctor: --bench measures this machine; drop --device-info")
     registry = _load(args)
     settings = read_settings()
     data: dict[str, Any] = {
@@ -74,6 +77,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     ops = ops_report(backend)
     data["ops"] = ops
     text += ["", ops_text(backend, ops)]
+    if args.bench:
+        from .bench.cli import doctor_bench
+
+        data["bench"], lines = doctor_bench(backend)
+        text += ["", *lines]
     _emit(args, data, "\n".join(text))
     return 0
 
@@ -88,6 +96,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     data["ops"] = ops_report(backend)
     _emit(args, data, results_text(data))
     return 0 if code == 0 else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .backend import backend_for, current_backend
+    from .bench.cli import cmd_bench as run
+
+    return run(args, backend_for(args.backend) if args.backend else current_backend())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,9 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("doctor", cmd_doctor, "the selection report: the chosen backend and why"),
     ):
         verb(name, fn, text).add_argument("--device-info", metavar="FILE", help=what_if)
+    sub.choices["doctor"].add_argument(
+        "--bench",
+        action="store_true",
+        help="also run the --quick benchmark on the chosen backend and summarise it",
+    )
     verb("check", cmd_check, "run the conformance kit against the selected backend").add_argument(
         "--backend", metavar="ID", help="check this backend instead of the selected one"
     )
+    bench_help = "benchmark the ops against ceilings and baselines (docs/benchmarks.md)"
+    bench = sub.add_parser("bench", help=bench_help, description=bench_help)
+    bench.set_defaults(fn=cmd_bench)
+    add_bench_arguments(bench)
     return parser
 
 

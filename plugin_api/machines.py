@@ -26,7 +26,7 @@ def _nvidia(name: str, cc: tuple[int, int], mem_gib: int) -> DeviceInfo:
         cpu_flags=_XEON,
         torch=_CUDA_TORCH,
         accelerators=(gpu,),
-        libraries=(("flashinfer-python", "0.7.1"), ("torch", "2.13.0"), ("triton", "3.9.0")),
+        libraries=(("flashinfer-python", "0.7.4"), ("torch", "2.13.0"), ("triton", "3.9.0")),
     )
 
 

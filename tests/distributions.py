@@ -48,8 +48,11 @@ def write_plugin(
     priority: int = 50,
     host_api: str = ">=1.0,<2",
     settings: tuple[str, ...] = (),
+    fields: dict[str, object] | None = None,
 ) -> Path:
-    """Write package ``package`` and its dist-info declaring entry point ``backend_id``."""
+    """Write package ``package`` and its dist-info declaring entry point ``backend_id``.
+
+    ``descriptor``/``hooks`` are ``str.format`` templates; ``fields`` adds names to them."""
     pkg = root / package
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
@@ -60,6 +63,7 @@ def write_plugin(
         status=status,
         hooks=f"{package}.hooks",
         settings=settings,
+        **(fields or {}),
     )
     (pkg / "descriptor.py").write_text(
         textwrap.dedent(descriptor if descriptor is not None else GOOD_DESCRIPTOR).format(**fmt)

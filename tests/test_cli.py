@@ -77,7 +77,7 @@ def test_what_if_h200():
     data = json.loads(r.stdout)
     assert data["what_if"] is True
     cuda = next(p for p in data["plugins"] if p["id"] == "cuda-sm90")
-    assert cuda["hardware"]["status"] == "validated"  # the hardware verdict, before kernels
+    assert cuda["state"] == "validated" and data["selection"]["backend"] == "cuda-sm90"
 
 
 def test_what_if_from_a_file(tmp_path: Path):

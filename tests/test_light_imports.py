@@ -45,5 +45,6 @@ import plugin_api
 assert "torch" not in sys.modules, "import plugin_api must stay light"
 sel = plugin_api.select_backend()
 assert sel.backend == "reference", sel
+assert "plugin_api.triton" not in sys.modules, "the Triton kernels load only for their backend"
 """
     assert run(body) == []

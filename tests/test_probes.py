@@ -43,7 +43,7 @@ def test_xpu_build_without_a_device():
 @pytest.mark.parametrize(
     "ipex,expect",
     [
-        ("2.13.10+xpu", "matches torch 2.13.0+xpu: used as an optional accelerator"),
+        ("2.13.10+xpu", "matches torch 2.13.0+xpu: optional, and no op of this plugin routes"),
         ("2.8.10+xpu", "IPEX 2.8.10+xpu is built for torch 2.8, not 2.13.0+xpu: not used"),
     ],
 )

@@ -1,8 +1,8 @@
 """The pytest plugin behind ``pytest --plugin-api-backend=<id>`` (entry point ``pytest11``).
 
 With the option and no test paths, pytest runs the kit; with paths, the kit runs beside them.
-The device comes from the backend (its probe's ``device_type``), never from
-``torch.cuda.is_available()``. At the end the summary shows, per op family, which kinds of
+The device comes from the backend (its probe's ``device_type``), never from probing a
+particular vendor's runtime. At the end the summary shows, per op family, which kinds of
 implementation the run exercised, so a run that only reached a fallback says so.
 """
 

@@ -160,7 +160,7 @@ def test_fp8_scales(plugin_api_backend, kit_device):
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_graph_support_is_declared(plugin_api_backend, kit_device, feature):
     """Every accepted spec states its CUDA-graph level with a reason; a level above NEVER is
-    backed by stable plan buffers (and, on a CUDA device, capture/replay equal to eager)."""
+    backed by plans that refill stable buffers."""
     spec = spec_of(**FEATURES[feature])
     own_or_skip(plugin_api_backend, OpFamily.ATTENTION, spec)
     attn = Attention(spec, plugin_api_backend)
@@ -177,24 +177,5 @@ def test_graph_support_is_declared(plugin_api_backend, kit_device, feature):
     before = {k: v.data_ptr() for k, v in first.impl_plan.buffers().items()}
     after = {k: v.data_ptr() for k, v in second.impl_plan.buffers().items()}
     assert before == after, "plan(reuse=...) moved a buffer a captured graph would read"
-    if kit_device.type == "cuda":
-        _capture_replay_equals_eager(attn, second_case, first)
-
-
-def _capture_replay_equals_eager(attn: Attention, case: PagedCase, reuse) -> None:
-    plan = attn.plan(case.batch, reuse=reuse)
-    eager = attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks)
-    torch.cuda.synchronize()
-    out = torch.empty_like(eager)
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    n = case.num_tokens
-    torch.testing.assert_close(out[:n], eager[:n], atol=0, rtol=0)
+    # Capture and replay against eager needs a device's graph API: each GPU plugin's own tests
+    # do that on its hardware (the kit stays device-neutral).

@@ -3,10 +3,10 @@ building/loading it once.
 
 One source, compiled per ISA with torch's ``at::vec`` capability macros into a shared library of
 plain C functions, called through ctypes (no pybind: the build takes seconds, not minutes; ctypes
-releases the GIL during each call). A build is cached under
-``$XDG_CACHE_HOME/plugin-api/cpu-arm-acl`` (default ``~/.cache``) in a folder keyed by the
-sources, the torch version, the ISA and its flags, so it is built once per machine and reloaded
-without a compiler afterwards. A failed build raises ``ExtensionBuildError`` naming the log.
+releases the GIL during each call). A build is cached beside the oneDNN extension's
+(``build.cache_root()``) in a folder keyed by the sources, the torch version, the ISA and its
+flags, so it is built once per machine and reloaded without a compiler afterwards. A failed
+build raises ``ExtensionBuildError`` (``build``'s) naming the log.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plugin_api.device_info import DeviceInfo
-from plugin_api.errors import PluginApiError
+
+from .build import ExtensionBuildError, cache_root
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("attention.cpp",)
@@ -83,15 +84,6 @@ def isa_path(info: DeviceInfo) -> IsaPath | None:
         if info.machine in isa.machines and isa.needs <= info.cpu_flags:
             return isa
     return None
-
-
-class ExtensionBuildError(PluginApiError, RuntimeError):
-    """The CPU attention extension could not be compiled or loaded."""
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "plugin-api" / "cpu-arm-acl"
 
 
 def build_key(isa: IsaPath, torch_version: str) -> str:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
 from plugin_api.hookspecs import hookimpl
 
+from . import locate, settings
 from .probe import probe
+
+
+@hookimpl
+def plugin_api_machine_facts() -> Mapping[str, str]:
+    return locate.facts(settings.read().root)
 
 
 @hookimpl
@@ -22,4 +28,13 @@ def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
         from .attention import CpuPagedAttention
 
         return (CpuPagedAttention(),)
-    raise LookupError(f"cpu-arm-acl provides no {family} implementations yet")
+    s = settings.read()
+    if family is OpFamily.GEMM:
+        from .gemm import OneDnnGemm
+
+        return (OneDnnGemm(policy=s.lm_head, threads=s.threads),)
+    if family is OpFamily.QUANT:
+        from .quant import NativeGroupQuant
+
+        return (NativeGroupQuant(threads=s.threads),)
+    raise ValueError(f"cpu-arm-acl provides no {family} implementations")

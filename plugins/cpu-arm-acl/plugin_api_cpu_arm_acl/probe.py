@@ -1,35 +1,49 @@
 """Is this an Arm CPU with an ACL-enabled oneDNN (validated), or an x86 CPU that runs the same
-oneDNN code with x86 kernels (experimental)?"""
+oneDNN code with x86 kernels (experimental)? Pure: reads the ``DeviceInfo`` and the oneDNN facts
+that ``hooks.plugin_api_machine_facts`` put there."""
 
 from __future__ import annotations
 
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 
-ACL_FACT = "cpu-arm-acl.onednn_acl"  # "yes" when the oneDNN in use was built with ACL
+from .isa import ARM, X86, bf16_matmul, isa_name
+from .locate import FACT_ACL, FACT_MISSING, FACT_ROOT, FACT_VERSION
+from .settings import ROOT
 
 
 def probe(info: DeviceInfo) -> Availability:
     if info.torch is None:
         return Availability.unavailable("torch is not installed")
-    flags = info.cpu_flags
-    if info.machine in ("aarch64", "arm64"):
-        isa = "/".join(f for f in ("sve2", "sve", "bf16", "i8mm") if f in flags) or "neon"
-        if info.fact(ACL_FACT) == "yes":
+    if info.machine not in ARM + X86:
+        return Availability.unavailable(f"{info.machine}: not an Arm or x86-64 CPU")
+    isa = isa_name(info)
+    version = info.fact(FACT_VERSION)
+    if version is None:
+        why = info.fact(FACT_MISSING) or "oneDNN library not found (no facts about it)"
+        if info.machine in ARM:
+            why = f"no ACL-enabled oneDNN found ({why}); build oneDNN with ACL, set {ROOT}"
+        return Availability.unavailable(f"{info.cpu_model} ({isa}): {why}")
+    onednn = f"oneDNN {version} at {info.fact(FACT_ROOT) or '?'}"
+    if info.machine in ARM:
+        if info.fact(FACT_ACL) == "yes":
             return Availability.validated(
-                "cpu", f"{info.cpu_model} ({isa}) with ACL-enabled oneDNN"
+                "cpu", f"{info.cpu_model} ({isa}) with ACL-enabled {onednn}"
             )
         return Availability.unavailable(
-            f"{info.cpu_model} ({isa}): no ACL-enabled oneDNN found; build oneDNN with ACL "
-            "and point PLUGIN_API_ONEDNN_ROOT at it"
+            f"{info.cpu_model} ({isa}): {onednn} was built without ACL; build oneDNN with ACL "
+            f"and point {ROOT} at it"
         )
-    if info.machine in ("x86_64", "AMD64"):
-        isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
-        if not isa:
-            return Availability.unavailable(f"{info.cpu_model}: oneDNN needs at least AVX2")
-        return Availability.experimental(
-            "cpu",
-            f"{info.cpu_model} ({isa[0]}): the same oneDNN code with x86 kernels; "
-            "validated target is aarch64 with ACL",
-        )
-    return Availability.unavailable(f"{info.machine}: not an Arm or x86-64 CPU")
+    if isa == "no AVX2":
+        return Availability.unavailable(f"{info.cpu_model}: oneDNN needs at least AVX2")
+    bf16 = (
+        "bf16 matmuls run oneDNN bf16 kernels"
+        if bf16_matmul(info)
+        else "no oneDNN bf16 kernel on this ISA: bf16 GEMMs compute in fp32 from weights "
+        "upcast at prepare"
+    )
+    return Availability.experimental(
+        "cpu",
+        f"{info.cpu_model} ({isa}): {onednn}, x86 kernels; validated target is aarch64 with ACL",
+        bf16,
+    )

@@ -1,12 +1,13 @@
 """Static facts about the ``cuda-sm90`` backend. Importing this imports no GPU library."""
 
-from plugin_api.contract import BackendDescriptor
+from plugin_api.contract import BackendDescriptor, OpFamily
 
+# Quantization is left out until the host's portable Triton kernel (plugin_api.triton) lands.
 DESCRIPTOR = BackendDescriptor(
     id="cuda-sm90",
     host_api=">=1.0,<2",
     priority=20,
-    families=(),
+    families=(OpFamily.ATTENTION, OpFamily.GEMM),
     device_kinds=("cuda",),
     hooks="plugin_api_cuda_sm90.hooks",
     summary="NVIDIA Hopper (SM90): FlashInfer attention with XQA decode, CUDA-graph declarations",

@@ -18,5 +18,12 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 @hookimpl
 def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    # No op kernels yet: the descriptor lists no families, so the host never asks.
-    raise LookupError(f"cuda-sm90 provides no {family} implementations yet")
+    if family is OpFamily.ATTENTION:
+        from .attention import FlashInferAttention
+
+        return (FlashInferAttention(),)
+    if family is OpFamily.GEMM:
+        from .gemm import TorchCudaGemm
+
+        return (TorchCudaGemm(),)
+    raise LookupError(f"cuda-sm90 provides no {family} implementations")

@@ -1,9 +1,12 @@
-"""Does this machine have a Hopper GPU that torch reaches through CUDA?"""
+"""Does this machine have a Hopper GPU that torch reaches through CUDA, and a FlashInfer we
+have validated? A pure function of ``DeviceInfo``."""
 
 from __future__ import annotations
 
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
+
+from . import versions
 
 VALIDATED_MAJOR = 9  # SM90: H100, H200, GH200
 EXPERIMENTAL_MAJORS = (10, 12)  # SM100 (B200), SM12x (RTX Blackwell)
@@ -28,12 +31,17 @@ def probe(info: DeviceInfo) -> Availability:
     gpu = gpus[0]
     cc = gpu.compute_capability or (0, 0)
     where = f"{gpu.name}, compute capability {cc[0]}.{cc[1]}"
-    if cc[0] == VALIDATED_MAJOR:
-        return Availability.validated("cuda", f"{where}: the validated target")
-    if cc[0] in EXPERIMENTAL_MAJORS:
-        return Availability.experimental(
-            "cuda", f"{where}: runs with this architecture's own rules, not validated"
+    if cc[0] != VALIDATED_MAJOR and cc[0] not in EXPERIMENTAL_MAJORS:
+        return Availability.unavailable(
+            f"{where}: this plugin needs 9.x (validated) or 10.x/12.x (experimental)"
         )
-    return Availability.unavailable(
-        f"{where}: this plugin needs 9.x (validated) or 10.x/12.x (experimental)"
+    flashinfer = versions.check_installed(info)
+    if not flashinfer:
+        return Availability.unavailable(where, *flashinfer.reasons)
+    if cc[0] == VALIDATED_MAJOR:
+        return Availability.validated("cuda", f"{where}: the validated target", *flashinfer.reasons)
+    return Availability.experimental(
+        "cuda",
+        f"{where}: runs with this architecture's own rules, not validated",
+        *flashinfer.reasons,
     )

@@ -1,29 +1,66 @@
-"""Does torch reach an Intel GPU here, and may IPEX accelerate it?"""
+"""Does torch reach an Intel GPU here, and what does the installed stack offer it?
+
+Everything is a pure function of ``DeviceInfo``. What only the real machine can tell (graph
+capture in the installed torch, ``torch.mm(out_dtype=...)`` on XPU, whether IPEX imports) is
+read by ``facts.read`` into ``DeviceInfo.facts`` first; a what-if description without those
+facts gets the conservative answer, with the reason.
+"""
 
 from __future__ import annotations
 
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
+from plugin_api.ops.decision import Decision
+from plugin_api.triton_target import TritonTarget
+
+from . import facts
 
 VALIDATED_FAMILIES = {"pvc": "Data Center GPU Max", "bmg": "Arc B-series", "dg2": "Arc A-series"}
 
 
+def _fact(info: DeviceInfo, key: str, what: str) -> Decision:
+    value = info.fact(key)
+    if value is None:
+        return Decision.reject(
+            f"{what}: not established for this machine description (fact {key!r} is read from "
+            "the installed torch on the real machine)"
+        )
+    verdict, _, detail = value.partition(": ")
+    return Decision(verdict == "yes", (f"{what}: {detail or verdict}",))
+
+
+def graph_capture(info: DeviceInfo) -> Decision:
+    """Can the installed torch capture and replay XPU work in a graph (``torch.xpu.XPUGraph``)?"""
+    return _fact(info, facts.GRAPH_CAPTURE, "XPU graph capture")
+
+
+def mm_out_dtype(info: DeviceInfo) -> Decision:
+    """Does ``torch.mm(bf16, bf16, out_dtype=torch.float32)`` run on XPU here?"""
+    return _fact(info, facts.MM_OUT_DTYPE, "torch.mm(out_dtype=float32) on xpu")
+
+
+# The host's portable kernels serve attention, quantization and state copies on XPU.
+TRITON = TritonTarget("xpu", ("pytorch-triton-xpu", "triton"), graph_capture)
+
+
 def ipex_status(info: DeviceInfo) -> str:
-    """IPEX is an optional accelerator, used only when built for the installed torch."""
-    ipex = info.library("intel-extension-for-pytorch")
+    """IPEX is never required and no op routes through it; this only reports what is there."""
+    ipex = info.library(facts.IPEX)
     if ipex is None:
         return "IPEX not installed (optional; upstream torch.xpu + Triton serve every op)"
     torch_v = info.torch.version if info.torch else "?"
-    if _minor(ipex) == _minor(torch_v):
-        return f"IPEX {ipex} matches torch {torch_v}: used as an optional accelerator"
+    if facts.minor(ipex) != facts.minor(torch_v):
+        return (
+            f"IPEX {ipex} is built for torch {facts.minor(ipex)}, not {torch_v}: not used "
+            "(it would fail to load; IPEX development has ended)"
+        )
+    imported = info.fact(facts.IPEX_IMPORT)
+    if imported is not None and not imported.startswith("yes"):
+        return f"IPEX {ipex} matches torch {torch_v} but does not import ({imported}): not used"
     return (
-        f"IPEX {ipex} is built for torch {_minor(ipex)}, not {torch_v}: not used "
-        "(it would fail to load; IPEX development has ended)"
+        f"IPEX {ipex} matches torch {torch_v}: optional, and no op of this plugin routes "
+        "through it (upstream torch.xpu + Triton serve every op)"
     )
-
-
-def _minor(version: str) -> str:
-    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def probe(info: DeviceInfo) -> Availability:
@@ -40,9 +77,16 @@ def probe(info: DeviceInfo) -> Availability:
             "torch.xpu.is_available() is False: no Intel GPU visible to this XPU build"
         )
     gpu = gpus[0]
+    triton = TRITON.triton(info)
+    kernels = triton.because()
+    if not triton.ok:
+        kernels += ": attention, quant and state fall back to the reference"
     family = VALIDATED_FAMILIES.get(gpu.arch)
     if family is not None:
-        return Availability.validated("xpu", f"{gpu.name} ({family})", ipex_status(info))
+        return Availability.validated("xpu", f"{gpu.name} ({family})", kernels, ipex_status(info))
     return Availability.experimental(
-        "xpu", f"{gpu.name}: an Intel GPU outside the validated families", ipex_status(info)
+        "xpu",
+        f"{gpu.name}: an Intel GPU outside the validated families",
+        kernels,
+        ipex_status(info),
     )

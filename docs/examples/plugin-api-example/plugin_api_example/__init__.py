@@ -1,0 +1,1 @@
+"""plugin-api-example: the worked example of docs/writing-a-plugin.md (backend id ``example``)."""

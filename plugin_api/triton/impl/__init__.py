@@ -1,0 +1,19 @@
+"""Implementation objects of the portable Triton kernels, following the host's op protocols.
+
+Light to import (no triton): a plugin builds them with its ``TritonTarget`` and returns them from
+``plugin_api_implementations``; the kernel modules load when a kernel first runs.
+"""
+
+from ...triton_target import MIN_TRITON, TritonTarget
+from .attention import TritonAttention, TritonAttentionPlan
+from .quant import TritonQuant
+from .state import TritonState
+
+__all__ = [
+    "MIN_TRITON",
+    "TritonAttention",
+    "TritonAttentionPlan",
+    "TritonQuant",
+    "TritonState",
+    "TritonTarget",
+]

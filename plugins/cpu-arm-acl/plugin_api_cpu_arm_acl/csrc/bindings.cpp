@@ -1,0 +1,149 @@
+// torch bindings: ops in namespace pa_cpu_onednn, weights and primitives as custom classes.
+// Every tensor is checked here too, so that a direct call cannot hand a kernel a bad pointer.
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <stdexcept>
+
+#include "kernels.h"
+
+namespace pa_onednn {
+namespace {
+
+using at::Tensor;
+
+int64_t code_of(const Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return kF32;
+    case at::kBFloat16: return kBF16;
+    case at::kChar: return kS8;
+    case at::kHalf: return kF16;
+    default: TORCH_CHECK(false, "pa_cpu_onednn: unsupported dtype ", t.scalar_type());
+  }
+}
+
+MatmulConf conf_of(const std::vector<int64_t>& v) {
+  TORCH_CHECK(v.size() == 11, "pa_cpu_onednn: conf has 11 fields, got ", v.size());
+  MatmulConf c;
+  c.m = v[0], c.n = v[1], c.k = v[2], c.lda = v[3], c.ldc = v[4];
+  c.a = v[5], c.b = v[6], c.c = v[7], c.bias = v[8], c.scaled = v[9] != 0, c.threads = v[10];
+  TORCH_CHECK(c.m > 0 && c.n > 0 && c.k > 0 && c.lda >= c.k && c.ldc >= c.n,
+              "pa_cpu_onednn: bad problem sizes");
+  return c;
+}
+
+void check_cpu(const Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), "pa_cpu_onednn: ", name, " must be a CPU tensor");
+}
+
+template <typename F>
+auto rethrow(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {  // oneDNN errors become RuntimeError with the problem
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+struct PackedWeights : torch::CustomClassHolder {
+  std::shared_ptr<Packed> p;
+  MatmulConf conf;
+  int64_t nbytes() const { return packed_bytes(*p); }
+  std::string layout() const { return packed_layout(*p); }
+};
+
+struct Primitive : torch::CustomClassHolder {
+  std::shared_ptr<Matmul> mm;
+  MatmulConf c;
+
+  int64_t scratchpad() const { return scratchpad_bytes(*mm); }
+  std::string impl() const { return impl_name(*mm); }
+
+  void run(const c10::intrusive_ptr<PackedWeights>& w, const Tensor& src,
+           const std::optional<Tensor>& bias, const Tensor& dst, const Tensor& scratch) const {
+    check_cpu(src, "src");
+    check_cpu(dst, "dst");
+    TORCH_CHECK(code_of(src) == c.a && src.dim() == 2 && src.size(0) == c.m &&
+                    src.size(1) == c.k && src.stride(1) == 1 && src.stride(0) == c.lda,
+                "pa_cpu_onednn: src does not match the primitive");
+    TORCH_CHECK(code_of(dst) == c.c && dst.dim() == 2 && dst.size(0) == c.m &&
+                    dst.size(1) == c.n && dst.stride(1) == 1 && dst.stride(0) == c.ldc,
+                "pa_cpu_onednn: dst does not match the primitive");
+    TORCH_CHECK(bias.has_value() == (c.bias != kNone), "pa_cpu_onednn: bias presence differs");
+    if (bias) {
+      TORCH_CHECK(code_of(*bias) == c.bias && bias->numel() == c.n && bias->is_contiguous(),
+                  "pa_cpu_onednn: bias does not match the primitive");
+    }
+    TORCH_CHECK(scratch.is_contiguous() && scratch.nbytes() >= static_cast<size_t>(scratchpad()),
+                "pa_cpu_onednn: scratchpad too small");
+    rethrow([&] {
+      run_matmul(*mm, *w->p, src.data_ptr(), bias ? bias->data_ptr() : nullptr, dst.data_ptr(),
+                 scratch.data_ptr());
+      return 0;
+    });
+  }
+};
+
+c10::intrusive_ptr<PackedWeights> pack(const Tensor& w, const std::optional<Tensor>& w_scale,
+                                       std::vector<int64_t> conf) {
+  const MatmulConf c = conf_of(conf);
+  check_cpu(w, "weight");
+  TORCH_CHECK(code_of(w) == c.b && w.dim() == 2 && w.size(0) == c.n && w.size(1) == c.k &&
+                  w.is_contiguous(),
+              "pa_cpu_onednn: weight must be [N, K] contiguous of the problem's type");
+  TORCH_CHECK(w_scale.has_value() == c.scaled, "pa_cpu_onednn: w_scale presence differs");
+  if (w_scale) {
+    TORCH_CHECK(w_scale->scalar_type() == at::kFloat && w_scale->numel() == c.n &&
+                    w_scale->is_contiguous(),
+                "pa_cpu_onednn: w_scale must be fp32 [N] contiguous");
+  }
+  auto out = c10::make_intrusive<PackedWeights>();
+  out->conf = c;
+  out->p = rethrow([&] {
+    return pack_weights(w.data_ptr(), w_scale ? w_scale->data_ptr<float>() : nullptr, c);
+  });
+  return out;
+}
+
+c10::intrusive_ptr<Primitive> matmul(std::vector<int64_t> conf,
+                                     const c10::intrusive_ptr<PackedWeights>& w) {
+  auto out = c10::make_intrusive<Primitive>();
+  out->c = conf_of(conf);
+  out->mm = rethrow([&] { return make_matmul(out->c, *w->p); });
+  return out;
+}
+
+void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, const Tensor& q,
+           const Tensor& scales, int64_t threads) {
+  check_cpu(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && group > 0 && x.size(1) % group == 0,
+              "pa_cpu_onednn: x must be [M, K] contiguous with K % group == 0");
+  TORCH_CHECK(q.sizes() == x.sizes() && q.is_contiguous() && q.element_size() == 1,
+              "pa_cpu_onednn: q must be [M, K] contiguous, 1-byte elements");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.dim() == 2 &&
+                  scales.size(0) == x.size(0) && scales.size(1) == x.size(1) / group,
+              "pa_cpu_onednn: scales must be fp32 [M, K / group]");
+  const int64_t dt = code_of(x);
+  TORCH_CHECK(dt != kS8, "pa_cpu_onednn: x must be floating point");
+  group_quant(x.data_ptr(), dt, x.size(0), x.size(1), group, fp8, static_cast<float>(eps), ue8m0,
+              q.data_ptr(), scales.data_ptr<float>(), scales.stride(0), scales.stride(1),
+              threads);
+}
+
+}  // namespace
+}  // namespace pa_onednn
+
+TORCH_LIBRARY(pa_cpu_onednn, m) {
+  using namespace pa_onednn;
+  m.class_<PackedWeights>("PackedWeights")
+      .def("nbytes", &PackedWeights::nbytes)
+      .def("layout", &PackedWeights::layout);
+  m.class_<Primitive>("Primitive")
+      .def("run", &Primitive::run)
+      .def("scratchpad_bytes", &Primitive::scratchpad)
+      .def("impl", &Primitive::impl);
+  m.def("pack", &pack);
+  m.def("matmul", &matmul);
+  m.def("group_quant", &quant);
+  m.def("onednn_version", [] { return onednn_version(); });
+}

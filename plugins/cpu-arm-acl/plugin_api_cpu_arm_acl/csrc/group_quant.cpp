@@ -1,0 +1,176 @@
+// Per-token-group quantization, bit-exact with docs/ops.md: for each group,
+// a = max(max|x|, eps); s = a / qmax (IEEE fp32 division), optionally rounded up to a power of
+// two; int8: q = clamp(round_half_even(x / s), -128, 127); fp8 e4m3fn: q = rne(clamp(x / s,
+// -448, 448)). The AVX2 path and the scalar path do the same fp32 operations in the same order.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define PA_AVX2 1
+#endif
+
+namespace pa_onednn {
+namespace {
+
+inline float bits_to_f32(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+inline uint32_t f32_to_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+inline float half_to_f32(uint16_t h) {  // exact, subnormals included
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0x1f) return bits_to_f32(sign | 0x7f800000 | (man << 13));
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  return bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+inline float load_one(const void* x, int64_t dt, int64_t i) {
+  switch (dt) {
+    case kBF16: return bits_to_f32(static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16);
+    case kF16: return half_to_f32(static_cast<const uint16_t*>(x)[i]);
+    default: return static_cast<const float*>(x)[i];
+  }
+}
+
+// |y| <= 448 (clamped) to e4m3fn with round-to-nearest-even. Below 2^-6 the format is
+// fixed-point with step 2^-9, so the code is the RNE integer of |y| * 512 (0..8; 8 is 2^-6).
+inline uint8_t e4m3_one(float y) {
+  const uint32_t b = f32_to_bits(y);
+  const uint8_t sign = (b >> 24) & 0x80;
+  const uint32_t a = b & 0x7fffffff;
+  if (bits_to_f32(a) < 0.015625f)
+    return sign | static_cast<uint8_t>(std::nearbyint(bits_to_f32(a) * 512.0f));
+  const uint32_t r = a + 0x7ffff + ((a >> 20) & 1);  // round away 20 mantissa bits, RNE
+  return sign | static_cast<uint8_t>((r >> 20) - (120 << 3));  // rebias 127 -> 7
+}
+
+inline float group_scale(float amax, float eps, float qmax, bool ue8m0) {
+  float s = std::max(amax, eps) / qmax;
+  if (ue8m0) {
+    int e;
+    const float mant = std::frexp(s, &e);
+    if (mant != 0.5f) s = std::ldexp(1.0f, e);
+  }
+  return s;
+}
+
+inline uint8_t quant_one(float v, float s, bool fp8) {
+  const float y = v / s;
+  if (fp8) return e4m3_one(std::min(std::max(y, -448.0f), 448.0f));
+  const float r = std::min(std::max(std::nearbyint(y), -128.0f), 127.0f);
+  return static_cast<uint8_t>(static_cast<int8_t>(r));
+}
+
+#ifdef PA_AVX2
+inline __m256 load8(const void* x, int64_t dt, int64_t i) {
+  switch (dt) {
+    case kBF16: {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+          static_cast<const uint16_t*>(x) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case kF16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+          static_cast<const uint16_t*>(x) + i)));
+    default: return _mm256_loadu_ps(static_cast<const float*>(x) + i);
+  }
+}
+
+inline __m256i e4m3_8(__m256 y) {  // e4m3_one on 8 lanes
+  const __m256i b = _mm256_castps_si256(y);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(b, 24), _mm256_set1_epi32(0x80));
+  const __m256i a = _mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(a, _mm256_add_epi32(_mm256_set1_epi32(0x7ffff), odd));
+  const __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, 20), _mm256_set1_epi32(120 << 3));
+  const __m256 af = _mm256_castsi256_ps(a);
+  const __m256i sub = _mm256_cvtps_epi32(_mm256_mul_ps(af, _mm256_set1_ps(512.0f)));  // RNE
+  const __m256 tiny = _mm256_cmp_ps(af, _mm256_set1_ps(0.015625f), _CMP_LT_OQ);
+  const __m256i code = _mm256_blendv_epi8(normal, sub, _mm256_castps_si256(tiny));
+  return _mm256_or_si256(code, sign);
+}
+
+inline void store8_low_bytes(__m256i v, uint8_t* out) {
+  // the low byte of each 32-bit lane, 8 bytes in order
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1);
+  const __m256i p = _mm256_shuffle_epi8(v, pick);
+  const uint32_t lo = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(p)));
+  const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(p, 1)));
+  std::memcpy(out, &lo, 4);
+  std::memcpy(out + 4, &hi, 4);
+}
+#endif
+
+void quant_group(const void* x, int64_t dt, int64_t begin, int64_t len, bool fp8, float eps,
+                 bool ue8m0, uint8_t* q, float* scale) {
+  const float qmax = fp8 ? 448.0f : 127.0f;
+  int64_t i = 0;
+  float amax = 0.0f;
+#ifdef PA_AVX2
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 vmax = _mm256_setzero_ps();
+  for (; i + 8 <= len; i += 8)
+    vmax = _mm256_max_ps(vmax, _mm256_and_ps(load8(x, dt, begin + i), abs_mask));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  for (float l : lanes) amax = std::max(amax, l);
+#endif
+  for (; i < len; ++i) amax = std::max(amax, std::fabs(load_one(x, dt, begin + i)));
+  const float s = group_scale(amax, eps, qmax, ue8m0);
+  *scale = s;
+  i = 0;
+#ifdef PA_AVX2
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= len; i += 8) {
+    const __m256 y = _mm256_div_ps(load8(x, dt, begin + i), vs);  // IEEE division
+    __m256i code;
+    if (fp8) {
+      code = e4m3_8(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-448.0f)),
+                                  _mm256_set1_ps(448.0f)));
+    } else {
+      const __m256 r = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      code = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-128.0f)),
+                                               _mm256_set1_ps(127.0f)));
+    }
+    store8_low_bytes(code, q + begin + i);
+  }
+#endif
+  for (; i < len; ++i) q[begin + i] = quant_one(load_one(x, dt, begin + i), s, fp8);
+}
+
+}  // namespace
+
+void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t group, bool fp8,
+                 float eps, bool ue8m0, void* q, float* scales, int64_t s_row, int64_t s_col,
+                 int64_t threads) {
+  const int64_t groups = k / group, total = m * groups;
+  auto* out = static_cast<uint8_t*>(q);
+  const int nthr = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(nthr)
+  for (int64_t t = 0; t < total; ++t) {
+    const int64_t r = t / groups, g = t % groups;
+    quant_group(x, x_dt, r * k + g * group, group, fp8, eps, ue8m0, out,
+                scales + r * s_row + g * s_col);
+  }
+}
+
+}  // namespace pa_onednn

@@ -1,0 +1,48 @@
+"""What the CPU described by a ``DeviceInfo`` gives oneDNN: pure functions of its flags."""
+
+from __future__ import annotations
+
+from plugin_api.device_info import DeviceInfo
+
+ARM = ("aarch64", "arm64")
+X86 = ("x86_64", "AMD64")
+
+
+def isa_name(info: DeviceInfo) -> str:
+    """The best matrix ISA oneDNN would use, as users know it (AMX, AVX-512, AVX2, SVE, ...)."""
+    f = info.cpu_flags
+    if info.machine in ARM:
+        parts = [n for n, flag in (("SVE2", "sve2"), ("SVE", "sve"), ("BF16", "bf16")) if flag in f]
+        parts += ["I8MM"] if "i8mm" in f else []
+        return "/".join(parts) or "NEON"
+    if "amx_bf16" in f:
+        return "AMX"
+    if "avx512f" in f:
+        return "AVX-512 with BF16" if "avx512_bf16" in f else "AVX-512"
+    if "avx2" in f:
+        return "AVX2"
+    return "no AVX2"
+
+
+def bf16_matmul(info: DeviceInfo) -> bool:
+    """Whether oneDNN has a bf16 matmul kernel for this CPU.
+
+    x86: oneDNN needs AVX-512 (avx512_core), AMX or AVX-NE-CONVERT; with AVX2 alone every
+    bf16 matmul implementation reports "unsupported isa". Arm: ACL's bf16 kernels need FEAT_BF16.
+    """
+    f = info.cpu_flags
+    if info.machine in ARM:
+        return "bf16" in f
+    return bool({"amx_bf16", "avx512_bf16", "avx_ne_convert"} & f or {"avx512f", "avx512bw"} <= f)
+
+
+def int8_matmul_exact(info: DeviceInfo) -> bool:
+    """Whether oneDNN's s8 x s8 matmul is exact for full-range int8 weights here.
+
+    x86 without VNNI/AMX computes u8 x s8 pairs with vpmaddubsw, whose int16 intermediate
+    saturates (measured: errors of 4e4 on random int8 data). Arm (sdot/i8mm) accumulates in
+    int32 directly.
+    """
+    if info.machine in ARM:
+        return True
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & info.cpu_flags)

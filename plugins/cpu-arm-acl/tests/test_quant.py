@@ -1,0 +1,60 @@
+"""The C++ group quant against the reference backend, bit for bit, on awkward inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plugin_api.ops.provenance import record_ops
+from plugin_api.ops.quant import QuantSpec, per_token_group_quant, scales_like
+from plugin_api.reference.quant import ReferenceQuant
+
+FP8 = torch.float8_e4m3fn
+
+
+def _awkward(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random rows at many magnitudes, plus ties, zeros, -0.0 and fp8-subnormal ratios."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * torch.logspace(-6, 4, m).unsqueeze(1)
+    x[0] = 0.0
+    x[1, ::2] = -0.0
+    x[2, :16] = torch.tensor([127.0, -63.5, 0.5, 1.5, -2.5, 3.5, 2.0**-9, -(2.0**-10)] * 2)
+    x[3, : k // 2] = 1e-3 * torch.randn(k // 2, generator=g)  # tiny values next to a large one
+    x[3, 0] = 448.0
+    return x.to(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == FP8 else t
+
+
+@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+@pytest.mark.parametrize("group,k", [(128, 1024), (12, 96), (100, 300), (7168, 7168)])
+@pytest.mark.parametrize("col,ue8m0", [(False, False), (True, False), (False, True), (True, True)])
+def test_bit_exact_with_the_reference(onednn_backend, in_dtype, dtype, group, k, col, ue8m0):
+    x = _awkward(37, k, in_dtype, seed=group + k)
+    with record_ops() as calls:
+        q, s = per_token_group_quant(x, group, dtype, 1e-10, col, ue8m0, backend=onednn_backend)
+    assert [c.impl for c in calls] == ["cpp-group-quant"] and not calls[0].fallback
+    spec = QuantSpec(k, group, in_dtype, dtype, col, ue8m0)
+    want_q = torch.empty_like(q)
+    want_s = scales_like(37, k // group, col, torch.device("cpu"))
+    ReferenceQuant().quantize(spec, x, 1e-10, want_q, want_s)
+    assert s.stride() == want_s.stride()
+    assert torch.equal(s, want_s)
+    assert torch.equal(_bits(q), _bits(want_q))
+
+
+def test_every_fp8_code_round_trips(onednn_backend):
+    """All 253 finite e4m3 magnitudes (and midpoints between them) convert like torch does."""
+    codes = torch.arange(0, 127, dtype=torch.uint8).view(FP8).float()  # 0 .. 448
+    mids = (codes[:-1] + codes[1:]) / 2  # exact ties: round half to even
+    row = torch.cat([codes, -codes, mids, -mids, torch.tensor([448.0])])
+    k = (row.numel() + 7) // 8 * 8
+    x = torch.zeros(1, k)
+    x[0, : row.numel()] = row
+    # group = K and a = 448 make s = 1, so x / s = x and only the fp8 conversion is tested
+    q, s = per_token_group_quant(x, k, FP8, backend=onednn_backend)
+    assert s.item() == 1.0
+    assert torch.equal(q.view(torch.uint8), x.to(FP8).view(torch.uint8))

@@ -1,0 +1,71 @@
+"""The plugin's settings: declared in the descriptor, parsed strictly, visible in decisions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plugin_api.contract import OpFamily
+from plugin_api.errors import SettingError
+from plugin_api.machines import MACHINES
+from plugin_api.ops.gemm import GemmSpec
+from plugin_api.settings import check_names
+from plugin_api_cpu_arm_acl import hooks, settings
+from plugin_api_cpu_arm_acl.descriptor import DESCRIPTOR
+from plugin_api_cpu_arm_acl.settings import LmHeadPolicy
+
+LM_HEAD = GemmSpec(128256, 4096, torch.bfloat16, torch.float32, "lm_head")
+
+
+def test_descriptor_declares_every_setting():
+    assert set(DESCRIPTOR.settings) == set(settings.NAMES)
+    check_names({name: "1" for name in settings.NAMES}, DESCRIPTOR.settings)  # no error
+
+
+def test_defaults():
+    s = settings.read({})
+    assert s == settings.PluginSettings(None, None, LmHeadPolicy(64000, 9))
+
+
+def test_read_values():
+    env = {
+        settings.ROOT: "/opt/onednn-acl",
+        settings.THREADS: "3",
+        settings.LM_HEAD: "min_n=32000, min_m=1",
+    }
+    s = settings.read(env)
+    assert s.root == "/opt/onednn-acl" and s.threads == 3
+    assert s.lm_head == LmHeadPolicy(min_n=32000, min_m=1)
+    assert settings.read({settings.LM_HEAD: "min_m=2"}).lm_head == LmHeadPolicy(64000, 2)
+
+
+@pytest.mark.parametrize(
+    "name,value,match",
+    [
+        (settings.THREADS, "0", "must be a positive integer"),
+        (settings.THREADS, "two", "must be a positive integer"),
+        (settings.LM_HEAD, "min_n=64k", "min_n must be an integer"),
+        (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n'\\], got 'max_n=5'"),
+        (settings.LM_HEAD, "min_m=0", "min_m=0 must be an int >= 1"),
+        (settings.ROOT, " ", "set but empty"),
+    ],
+)
+def test_bad_values_are_errors(name, value, match):
+    with pytest.raises(SettingError, match=match):
+        settings.read({name: value})
+
+
+def test_policy_bands():
+    p = LmHeadPolicy(min_n=64000, min_m=9)
+    assert p.f32_dst(9, 128256) and p.f32_dst(256, 64000)
+    assert not p.f32_dst(8, 128256) and not p.f32_dst(64, 63999)
+
+
+def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
+    monkeypatch.setenv(settings.LM_HEAD, "min_n=1000,min_m=2")
+    (impl,) = hooks.plugin_api_implementations(OpFamily.GEMM)
+    assert impl.policy == LmHeadPolicy(1000, 2)
+    # what `plugin-api doctor` prints for the LM-head layer
+    avx512 = MACHINES["xeon-cpu"]
+    reasons = impl.supports(LM_HEAD, avx512).reasons
+    assert "N >= 1000 and M >= 2 (PLUGIN_API_ONEDNN_LM_HEAD)" in reasons[-1]

@@ -1,0 +1,118 @@
+"""Paged attention through FlashInfer: decode rows by XQA (SM90/SM12x) or trtllm-gen (SM100),
+prefill rows by the FA2 paged prefill (its sink-aware variant when the spec has sinks).
+
+``plan`` runs once per step on the host batch (no device sync); ``forward`` per layer only
+launches kernels on plan buffers, so decode steps can be captured in CUDA graphs at the level
+``cudagraph_support`` states. KV-sharing layers arrive with ``key=None, value=None``: the host
+skips ``write_kv`` and nothing here reads K/V, so no placeholder is ever made.
+
+FlashInfer keeps a prefill plan inside its wrapper object, so each plan chain owns one wrapper:
+``plan(reuse=previous)`` re-plans the previous wrapper, a plan without ``reuse`` makes a new one
+(two live plans never share planning state).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from plugin_api.device_info import DeviceInfo
+from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
+from plugin_api.ops.decision import Decision, ImplPath
+from plugin_api.ops.graphs import GraphSupport
+
+from . import calls, metadata
+from .cudagraph import cudagraph_support
+from .metadata import FlashInferPlan
+from .rules import ARCH_OF_MAJOR, Arch, attention_decision
+
+# FlashInfer scratch: XQA takes 8 MiB of semaphores (zeroed once, kernels reset them) plus
+# split-KV scratch; the FA2 prefill its split-KV partial outputs. Shared by layers and specs.
+DECODE_WORKSPACE_BYTES = 256 << 20
+PREFILL_WORKSPACE_BYTES = 256 << 20
+
+
+class _Workspaces:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bufs: dict[tuple[str, str], torch.Tensor] = {}
+
+    def get(self, kind: str, device: torch.device, nbytes: int) -> torch.Tensor:
+        key = (kind, str(device))
+        with self._lock:
+            if key not in self._bufs:
+                self._bufs[key] = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+            return self._bufs[key]
+
+
+WORKSPACES = _Workspaces()
+
+
+class FlashInferAttention:
+    name = "flashinfer"
+    path = ImplPath.NATIVE
+
+    def __init__(self) -> None:
+        self._arch: dict[str, Arch] = {}
+
+    def supports(self, spec: AttentionSpec, info: DeviceInfo) -> Decision:
+        return attention_decision(spec, info)
+
+    def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
+        return cudagraph_support(spec, info)
+
+    def _arch_of(self, device: torch.device) -> Arch:
+        key = str(device)
+        if key not in self._arch:
+            major = torch.cuda.get_device_capability(device)[0]
+            arch = ARCH_OF_MAJOR.get(major)
+            if arch is None:
+                raise RuntimeError(f"cuda-sm90: {device} has compute capability {major}.x")
+            self._arch[key] = arch
+        return self._arch[key]
+
+    def plan(
+        self,
+        spec: AttentionSpec,
+        batch: AttentionBatch,
+        device: torch.device,
+        reuse: FlashInferPlan | None,
+    ) -> FlashInferPlan:
+        plan = metadata.build_plan(spec, batch, device, reuse)
+        if plan.prefill is not None:
+            if plan.prefill_wrapper is None:
+                ws = WORKSPACES.get("prefill", device, PREFILL_WORKSPACE_BYTES)
+                plan.prefill_wrapper = calls.prefill_wrapper_call(spec, ws).invoke()
+            calls.prefill_plan_call(spec, plan.prefill, plan.prefill_wrapper).invoke()
+        return plan
+
+    def write_kv(
+        self,
+        spec: AttentionSpec,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: KVCache,
+        plan: FlashInferPlan,
+    ) -> None:
+        metadata.write_kv(
+            spec, key, value, kv_cache.data, kv_cache.k_scale, kv_cache.v_scale, plan.bufs
+        )
+
+    def forward(
+        self,
+        spec: AttentionSpec,
+        query: torch.Tensor,
+        kv_cache: KVCache,
+        plan: FlashInferPlan,
+        sinks: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        if plan.decode is not None:
+            ws = WORKSPACES.get("decode", query.device, DECODE_WORKSPACE_BYTES)
+            arch = self._arch_of(query.device)
+            calls.decode_call(spec, arch, plan, query, kv_cache, sinks, out, ws).invoke()
+        if plan.prefill is not None:
+            calls.prefill_run_call(
+                spec, plan.prefill, plan.prefill_wrapper, query, kv_cache, sinks, out
+            ).invoke()

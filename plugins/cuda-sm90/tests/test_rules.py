@@ -1,0 +1,142 @@
+"""Which specs the attention implementation accepts, per architecture and FlashInfer version,
+with the refusal messages (pure: DeviceInfo for machines that are not here)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from plugin_api.device_info import DeviceInfo
+from plugin_api.machines import MACHINES
+from plugin_api.ops.attention import FP8, AttentionSpec
+from plugin_api_cuda_sm90.attention import FlashInferAttention
+from plugin_api_cuda_sm90.rules import attention_decision
+
+H200, B200, RTX = MACHINES["h200"], MACHINES["b200"], MACHINES["rtx-5090"]
+
+
+def spec_of(**kw: object) -> AttentionSpec:
+    base: dict[str, object] = dict(num_heads=64, num_kv_heads=8, head_size=64, block_size=16)
+    return AttentionSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def with_flashinfer(info: DeviceInfo, version: str | None) -> DeviceInfo:
+    libs = dict(info.libraries)
+    libs.pop("flashinfer-python", None)
+    if version is not None:
+        libs["flashinfer-python"] = version
+    return dataclasses.replace(info, libraries=tuple(libs.items()))
+
+
+ACCEPTED = {
+    "base": {},
+    "gpt-oss sliding": dict(sliding_window=128, has_sinks=True, num_speculative_tokens=3),
+    "non-causal drafts": dict(causal=False, num_speculative_tokens=3),
+    "fp8 kv": dict(kv_cache_dtype=FP8),
+    "fp16": dict(dtype=torch.float16),
+    "kv sharing": dict(kv_sharing=True, sliding_window=512, head_size=256),
+    "block 128": dict(block_size=128, head_size=128),
+}
+
+
+@pytest.mark.parametrize("machine", [H200, RTX], ids=["sm90", "sm120"])
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_xqa_archs_accept(machine: DeviceInfo, name: str) -> None:
+    d = attention_decision(spec_of(**ACCEPTED[name]), machine)
+    assert d.ok, d.reasons
+    assert "xqa decode + FlashInfer FA2 paged prefill" in d.reasons[0]
+
+
+def test_sinks_choose_the_sink_aware_prefill() -> None:
+    d = attention_decision(spec_of(has_sinks=True), H200)
+    assert d.ok and "(sink-aware variant)" in d.reasons[0]
+
+
+REFUSED = [
+    ("fp32", H200, dict(dtype=torch.float32), "dtype=torch.float32: FlashInfer XQA decode"),
+    ("head 80", H200, dict(head_size=80), "head_size=80: served sizes are (64, 128, 256)"),
+    ("block 8", H200, dict(block_size=8), "block_size=8: XQA pages are (16, 32, 64, 128)"),
+    ("soft cap", H200, dict(logits_soft_cap=30.0), "logits_soft_cap=30: XQA decode has no"),
+    ("fp8 query", H200, dict(query_dtype=FP8), "query_dtype=torch.float8_e4m3fn: the xqa"),
+    ("dcp", H200, dict(dcp_size=2), "dcp_size=2: decode context parallelism"),
+    (
+        "kv sharing + dcp",
+        H200,
+        dict(dcp_size=2, kv_sharing=True),
+        "kv_sharing with dcp_size=2: context-parallel prefill consumes this step's K/V",
+    ),
+    (
+        "sm100 non-causal sinks",
+        B200,
+        dict(causal=False, has_sinks=True),
+        "sinks on the SM100 non-causal (trtllm-gen) path",
+    ),
+    (
+        "sm100 non-causal drafts",
+        B200,
+        dict(causal=False, num_speculative_tokens=2),
+        "trtllm-gen decode applies a causal draft mask only",
+    ),
+    (
+        "window + fp8 query",
+        H200,
+        dict(query_dtype=FP8, sliding_window=64),
+        "sliding window with fp8 queries needs flashinfer-python==0.6.17",
+    ),
+    ("not a GPU", MACHINES["xeon-cpu"], {}, "no SM90/SM100/SM12x NVIDIA GPU"),
+    ("ampere", MACHINES["a100"], {}, "no SM90/SM100/SM12x NVIDIA GPU"),
+]
+
+
+@pytest.mark.parametrize("name,machine,kw,message", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused_with_reason(name: str, machine: DeviceInfo, kw: dict, message: str) -> None:
+    d = attention_decision(spec_of(**kw), machine)
+    assert not d.ok
+    assert any(message in r for r in d.reasons), d.reasons
+
+
+def test_sm100_causal_sinks_and_non_causal_single_token_are_served() -> None:
+    assert attention_decision(spec_of(has_sinks=True, num_speculative_tokens=3), B200).ok
+    assert attention_decision(spec_of(causal=False), B200).ok
+
+
+def test_every_failing_reason_is_reported() -> None:
+    d = attention_decision(spec_of(head_size=80, logits_soft_cap=5.0, dcp_size=2), H200)
+    assert len(d.reasons) == 3
+
+
+@pytest.mark.parametrize(
+    "version,message",
+    [
+        (None, "flashinfer-python is not installed"),
+        ("0.7.1", "flashinfer-python 0.7.1 is outside the validated range"),
+        ("0.8.0", "flashinfer-python 0.8.0 is outside the validated range"),
+        ("banana", "version 'banana' cannot be parsed"),
+    ],
+)
+def test_flashinfer_version_gates_the_whole_plugin(version: str | None, message: str) -> None:
+    d = attention_decision(spec_of(), with_flashinfer(H200, version))
+    assert not d.ok and any(message in r for r in d.reasons), d.reasons
+
+
+@pytest.mark.parametrize(
+    "version,kw,message",
+    [
+        ("0.6.16", dict(num_speculative_tokens=2), "ragged speculative decode (XQA q_cu_seq_lens)"),
+        ("0.6.16.post1", dict(sliding_window=32), "sliding window on the SM90 XQA decode"),
+    ],
+)
+def test_feature_gates_name_the_installed_version(version: str, kw: dict, message: str) -> None:
+    d = attention_decision(spec_of(**kw), with_flashinfer(H200, version))
+    assert not d.ok
+    (gate,) = [r for r in d.reasons if message in r]
+    assert f"installed: {version}" in gate
+
+
+def test_supports_is_the_implementation_decision() -> None:
+    impl = FlashInferAttention()
+    for kw in ({}, dict(head_size=80)):
+        spec = spec_of(**kw)
+        assert impl.supports(spec, H200) == attention_decision(spec, H200)

@@ -1,0 +1,122 @@
+"""One tiny benchmark run end to end on the reference backend (real ops, real baselines, small
+shapes and a short sampling method), its JSON/table/summary/plot, and the CLI's argument errors.
+No assertion here is about speed."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from plugin_api.backend import backend_for
+from plugin_api.bench import cases as C
+from plugin_api.bench.ceilings import measure_ceilings
+from plugin_api.bench.harness import Method, synchronizer
+from plugin_api.bench.report import run_dict, summary_lines, table_text
+from plugin_api.bench.run import run_bench
+from plugin_api.cli import main
+
+TINY = Method(warmup=0, target_s=1e-3, min_samples=2, max_samples=3, cap_s=1.0)
+CASES = (
+    C.GemmCase("tiny_head", 3, 64, 32, C.BF16, C.FP32, "lm_head"),
+    C.GemmCase("tiny_w8a8", 2, 48, 64, C.INT8, C.BF16),
+    C.QuantCase(4, 256, 128, C.FP8, True),
+    C.AttentionCase("spec-decode", 2, 40, 3, num_heads=4, num_kv_heads=2, head_size=16),
+    C.AttentionCase("prefill", 1, 20, 20, num_heads=4, num_kv_heads=2, head_size=16),
+    C.StateCase("tiny-mamba", (8, 3), (2, 4, 8), 2),
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_run() -> tuple[dict, str]:
+    cpu = torch.device("cpu")
+    ceilings = measure_ceilings(
+        cpu, 8 << 20, TINY, synchronizer(cpu), stop_after_s=1.0, sizes=(64, 128)
+    )
+    progress = io.StringIO()
+    run = run_bench(
+        backend_for("reference"),
+        C.FAMILIES,
+        quick=True,
+        cases=CASES,
+        method=TINY,
+        ceilings=ceilings,
+        progress=progress,
+    )
+    return run_dict(run), progress.getvalue()
+
+
+def test_every_case_runs_through_the_public_ops_with_baselines(tiny_run):
+    data, progress = tiny_run
+    assert [d["name"] for d in data["cases"]] == [c.name for c in CASES]
+    for d, case in zip(data["cases"], CASES, strict=True):
+        assert d["status"] == "ok", d
+        assert d["provenance"] == [
+            {"impl": "reference", "path": "reference", "backend": "reference", "fallback": False}
+        ]
+        assert (d["bytes"], d["flops"]) == (case.nbytes(), case.flops())
+        t = d["time_s"]
+        assert 2 <= t["n"] <= 3 and t["p10"] <= t["median"] <= t["p90"]
+        assert d["bytes_per_s"] == pytest.approx(d["bytes"] / t["median"])
+        assert d["fraction_of_ceiling"] > 0
+        assert d["mode"] == ("cold" if d["bound"] == "memory" else "hot")
+        expected = {"gemm": {"linear_bf16", "upcast_fp32"}, "quant": {"eager"}}
+        expected |= {"attention": {"sdpa"}, "state": set()}
+        assert set(d["baselines"]) == expected[d["family"]]
+        for b in d["baselines"].values():
+            assert "error" not in b, b
+            assert b["speedup"] == pytest.approx(b["time_s"]["median"] / t["median"])
+        assert f"{case.family} {case.name} ..." in progress
+
+
+def test_json_carries_the_machine_method_and_ceilings(tiny_run):
+    data, _ = tiny_run
+    again = json.loads(json.dumps(data))
+    assert again == data
+    m = data["machine"]
+    assert m["threads"] == torch.get_num_threads() and m["torch"] == torch.__version__
+    assert m["cpu_model"] and m["device"] == "cpu" and m["gpu"] is None
+    assert data["method"]["quick"] and "--quick runs" in data["method"]["quick_trims"]
+    assert data["eviction"]["buffer_bytes"] >= 2 * data["eviction"]["llc_bytes"]
+    c = data["ceilings"]
+    assert c["ridge_flops_per_byte"] == pytest.approx(
+        c["peak_flops_per_s"] / c["bandwidth_bytes_per_s"]
+    )
+    assert c["peak_flops_per_s"] == max(p["flops_per_s"] for p in c["matmul"])
+    assert {p["dtype"] for p in c["matmul"]} == {"float32", "bfloat16"}
+
+
+def test_table_and_doctor_summary(tiny_run):
+    data, _ = tiny_run
+    table = table_text(data)
+    for case in CASES:
+        assert case.name in table
+    assert "ceilings: copy" in table and "--quick runs" in table
+    lines = summary_lines(data)
+    assert len(lines) == 1 + len(C.FAMILIES)
+    assert lines[1].startswith("  gemm       2/2 ok") and "vs linear_bf16 x" in lines[1]
+    assert lines[4].startswith("  state      1/1 ok")
+    assert ".." not in lines[4] and lines[4].endswith("% of ceiling")  # one case, no range
+
+
+def test_roofline_png(tiny_run, tmp_path: Path):
+    pytest.importorskip("matplotlib", reason="the plot needs the [bench] extra")
+    from plugin_api.bench.plot import write_roofline
+
+    out = write_roofline(tiny_run[0], tmp_path / "roofline.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
+
+
+def test_cli_rejects_bad_arguments_before_running(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--op", "nosuch"])
+    assert e.value.code == 2 and "invalid choice: 'nosuch'" in capsys.readouterr().err
+    missing = str(tmp_path / "missing" / "out.json")
+    assert main(["bench", "--backend", "reference", "--quick", "--json", missing]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["doctor", "--bench", "--device-info", "h200"]) == 2
+    assert "--bench measures this machine" in capsys.readouterr().err
