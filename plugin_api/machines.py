@@ -8,8 +8,10 @@ from __future__ import annotations
 from .device_info import Accelerator, DeviceInfo, TorchBuild
 
 GiB = 1 << 30
-_XEON = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"})
-_EPYC = frozenset({"avx2", "avx512f", "avx512_bf16"})
+# /proc/cpuinfo flags that kernels choose ISA paths by (Sapphire Rapids, Zen 4)
+_AVX512 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}
+_XEON = frozenset(_AVX512 | {"amx_bf16", "amx_int8", "amx_tile"})
+_EPYC = frozenset(_AVX512)
 _CUDA_TORCH = TorchBuild("2.13.0+cu130", cuda="13.0")
 _ROCM_TORCH = TorchBuild("2.13.0+rocm7.0", hip="7.0.0")
 _XPU_TORCH = TorchBuild("2.13.0+xpu", xpu=True)

@@ -6,7 +6,7 @@ DESCRIPTOR = BackendDescriptor(
     id="cpu-arm-acl",
     host_api=">=1.0,<2",
     priority=10,
-    families=(OpFamily.GEMM, OpFamily.QUANT),
+    families=(OpFamily.ATTENTION, OpFamily.GEMM, OpFamily.QUANT),
     device_kinds=("cpu",),
     hooks="plugin_api_cpu_arm_acl.hooks",
     summary="Arm CPUs (Graviton, Neoverse) through oneDNN with ACL; x86 oneDNN experimental",

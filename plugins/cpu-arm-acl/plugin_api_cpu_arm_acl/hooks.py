@@ -24,6 +24,10 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 @hookimpl
 def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
+    if family is OpFamily.ATTENTION:
+        from .attention import CpuPagedAttention
+
+        return (CpuPagedAttention(),)
     s = settings.read()
     if family is OpFamily.GEMM:
         from .gemm import OneDnnGemm

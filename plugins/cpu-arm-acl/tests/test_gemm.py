@@ -171,8 +171,9 @@ def test_supports_is_pure_and_names_reasons():
 
 
 def test_unsupported_ops_fall_back_visibly(onednn_backend):
-    """cpu-arm-acl has no attention yet: the reference serves it, warned, and strict refuses."""
-    spec = AttentionSpec(8, 2, 64, BF16, block_size=16)
+    """A spec cpu-arm-acl rejects (its attention takes block sizes in multiples of 16): the
+    reference serves it, warned, and strict refuses."""
+    spec = AttentionSpec(8, 2, 64, BF16, block_size=8)
     loose = backend_for("cpu-arm-acl", settings=Settings(strict=False))
     with pytest.warns(PluginApiWarning, match="does not support .* falling back to reference"):
         _, prov = loose.resolve(OpFamily.ATTENTION, spec)

@@ -1,0 +1,218 @@
+"""Paged attention on the CPU: native kernels over torch's ``at::vec`` (``csrc/attention.cpp``).
+
+The ISA variant (AVX-512, AVX2+FMA, NEON) is chosen from ``DeviceInfo.cpu_flags``; the decision
+reason names it, so ``plugin-api doctor`` shows which path runs. ``plan`` splits the step into
+work items once (shared by every layer); ``forward`` allocates nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.ops.attention import FP8, AttentionBatch, AttentionSpec, KVCache
+from plugin_api.ops.decision import Decision, ImplPath
+from plugin_api.ops.graphs import GraphLevel, GraphSupport
+
+from . import _attention_ext as ext
+
+BLOCK_MULTIPLE = 16  # one vector of 16 lanes, two of 8, four of 4: every ISA path
+MAX_BLOCK_SIZE = 256
+HEAD_MULTIPLE = 16
+MAX_HEAD_SIZE = 512
+# Query rows (tokens x heads per KV head) one work item takes: enough to amortise converting a
+# K/V block to fp32, small enough that its scratch stays in L2.
+TILE_ROWS = 64
+# A key range is split for parallelism only into parts of at least this many keys.
+MIN_SPLIT_KEYS = 512
+# dtype codes of the C entry points
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8: 3}
+ITEM_FIELDS, REDUCE_FIELDS = 8, 5
+
+
+@dataclass(frozen=True, slots=True)
+class CpuAttentionPlan:
+    """One step's work items and split-reduction buffers (CPU tensors).
+
+    ``items`` int32 ``[U, 8]``: (sequence, KV head, first query row, query rows, position of the
+    first query, key begin, key end, partial row or -1). ``reduce`` int32 ``[E, 5]``: query rows,
+    KV head, first partial row and split count of each split tile. ``partial_acc`` fp32
+    ``[P, head_size]`` and ``partial_ml`` fp32 ``[P, 2]`` hold unnormalised split results.
+    """
+
+    items: torch.Tensor
+    reduce: torch.Tensor
+    partial_acc: torch.Tensor
+    partial_ml: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    slot_mapping: torch.Tensor
+    num_tokens: int
+
+
+@functools.cache
+def _machine_isa() -> ext.IsaPath | None:
+    return ext.isa_path(read_device_info())
+
+
+def _extension() -> ctypes.CDLL:
+    isa = _machine_isa()
+    if isa is None:  # supports() rejected this machine already; reaching here is a host bug
+        raise RuntimeError("cpu-arm-acl attention: no ISA path fits this CPU")
+    return ext.load(isa.name)
+
+
+class CpuPagedAttention:
+    name = "cpu-paged-attention"
+    path = ImplPath.NATIVE
+
+    def supports(self, spec: AttentionSpec, info: DeviceInfo) -> Decision:
+        reasons = []
+        isa = ext.isa_path(info)
+        if isa is None:
+            wanted = "; ".join(f"{i.name}: {' '.join(sorted(i.needs))}" for i in ext.ISA_PATHS)
+            reasons.append(f"{info.machine} CPU without a supported vector ISA (needs {wanted})")
+        if spec.dcp_size > 1:
+            reasons.append(
+                f"dcp_size={spec.dcp_size}: decode context parallelism spans ranks; these "
+                "kernels attend over one process's cache"
+            )
+        if spec.q_dtype != spec.dtype:
+            reasons.append(
+                f"query_dtype={spec.q_dtype} differs from dtype={spec.dtype}: no fp8-query path"
+            )
+        if spec.head_size % HEAD_MULTIPLE or spec.head_size > MAX_HEAD_SIZE:
+            reasons.append(
+                f"head_size={spec.head_size}: the kernels take multiples of {HEAD_MULTIPLE} up "
+                f"to {MAX_HEAD_SIZE} (whole vectors on every ISA path)"
+            )
+        if spec.block_size % BLOCK_MULTIPLE or spec.block_size > MAX_BLOCK_SIZE:
+            reasons.append(
+                f"block_size={spec.block_size}: the kernels take multiples of {BLOCK_MULTIPLE} "
+                f"up to {MAX_BLOCK_SIZE}"
+            )
+        if reasons:
+            return Decision.reject(*reasons)
+        assert isa is not None
+        return Decision.accept(
+            f"native {isa.name} path: {isa.summary}, online softmax over blocks, "
+            "split by (request, KV head, context)"
+        )
+
+    def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
+        return GraphSupport(
+            GraphLevel.NEVER,
+            "CPU kernels: there is no CUDA graph to capture, every step runs eagerly",
+        )
+
+    def plan(
+        self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: object
+    ) -> CpuAttentionPlan:
+        lib = _extension()
+        tokens = batch.num_tokens if batch.num_seqs else 0
+        qsl = batch.query_start_loc.contiguous()
+        seq_lens = batch.seq_lens.contiguous()
+        args = (
+            qsl.data_ptr(),
+            seq_lens.data_ptr(),
+            batch.num_seqs,
+            spec.num_heads // spec.num_kv_heads,
+            spec.num_kv_heads,
+            spec.block_size,
+            int(spec.causal),
+            spec.sliding_window or 0,
+            torch.get_num_threads(),
+            TILE_ROWS,
+            MIN_SPLIT_KEYS,
+        )
+        counts = torch.zeros(3, dtype=torch.int64)
+        lib.pa_attn_plan(*args, counts.data_ptr(), None, None)  # sizes first
+        n_items, n_reduce, rows = counts.tolist()
+        items = torch.empty((n_items, ITEM_FIELDS), dtype=torch.int32)
+        reduce = torch.empty((n_reduce, REDUCE_FIELDS), dtype=torch.int32)
+        lib.pa_attn_plan(*args, counts.data_ptr(), items.data_ptr(), reduce.data_ptr())
+        return CpuAttentionPlan(
+            items=items,
+            reduce=reduce,
+            partial_acc=torch.empty((rows, spec.head_size), dtype=torch.float32),
+            partial_ml=torch.empty((rows, 2), dtype=torch.float32),
+            block_table=batch.block_table.contiguous(),
+            seq_lens=seq_lens,
+            slot_mapping=batch.slot_mapping.contiguous(),
+            num_tokens=tokens,
+        )
+
+    def write_kv(
+        self,
+        spec: AttentionSpec,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: KVCache,
+        plan: CpuAttentionPlan,
+    ) -> None:
+        rc = _extension().pa_attn_write_kv(
+            key.data_ptr(),
+            value.data_ptr(),
+            DTYPE_CODES[spec.dtype],
+            key.stride(0),
+            key.stride(1),
+            value.stride(0),
+            value.stride(1),
+            kv_cache.data.data_ptr(),
+            DTYPE_CODES[spec.cache_dtype],
+            plan.slot_mapping.data_ptr(),
+            plan.num_tokens,
+            spec.num_kv_heads,
+            spec.head_size,
+            spec.block_size,
+            float(kv_cache.k_scale),
+            float(kv_cache.v_scale),
+        )
+        _check(rc, "write_kv")
+
+    def forward(
+        self,
+        spec: AttentionSpec,
+        query: torch.Tensor,
+        kv_cache: KVCache,
+        plan: CpuAttentionPlan,
+        sinks: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        rc = _extension().pa_attn_forward(
+            query.data_ptr(),
+            kv_cache.data.data_ptr(),
+            DTYPE_CODES[spec.dtype],
+            DTYPE_CODES[spec.cache_dtype],
+            plan.block_table.data_ptr(),
+            plan.block_table.stride(0),
+            plan.seq_lens.data_ptr(),
+            plan.items.data_ptr(),
+            plan.items.shape[0],
+            plan.reduce.data_ptr(),
+            plan.reduce.shape[0],
+            plan.partial_acc.data_ptr(),
+            plan.partial_ml.data_ptr(),
+            None if sinks is None else sinks.data_ptr(),
+            out.data_ptr(),
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            spec.block_size,
+            spec.softmax_scale,
+            float(kv_cache.k_scale),
+            float(kv_cache.v_scale),
+            int(spec.causal),
+            spec.sliding_window or 0,
+            spec.logits_soft_cap or 0.0,
+        )
+        _check(rc, "forward")
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:  # the host validated dtypes, so this is a bug, not bad input
+        raise RuntimeError(f"cpu-arm-acl attention {what}: the kernel rejected a dtype code")

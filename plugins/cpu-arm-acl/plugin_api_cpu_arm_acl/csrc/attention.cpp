@@ -1,0 +1,529 @@
+// Paged attention on the CPU (plugin-api cpu-arm-acl): plan, cache write, forward, split reduce.
+//
+// One work item = (request, KV head, tile of query tokens, key range). All query heads of the KV
+// head are processed together (GQA), so each K/V block is read once per item. Long key ranges
+// are split so that a batch of one request still keeps every thread busy; split items write
+// unnormalised partials (m, l, acc) that a second pass combines. Items are taken from a shared
+// counter, largest first. Per-thread scratch is allocated once and reused across calls.
+//
+// The entry points are plain C functions over raw pointers (called through ctypes): no pybind or
+// torch/extension.h, which would multiply the build time. Python validates every argument first.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "attention_kernels.h"
+
+namespace pa_attn {
+
+float g_fp8_table[256];
+
+void init_fp8_table() {
+  for (int i = 0; i < 256; ++i)
+    g_fp8_table[i] = static_cast<float>(
+        c10::Float8_e4m3fn(static_cast<uint8_t>(i), c10::Float8_e4m3fn::from_bits()));
+}
+
+namespace {
+
+// A plan row (int32): see make_plan.
+enum Field { kSeq, kKvh, kQ0, kQn, kPos0, kK0, kK1, kProw, kFields };
+// A reduce row (int32): query token range, KV head, first partial row, number of splits.
+enum RField { rQ0, rQn, rKvh, rProw, rSplits, rFields };
+
+// Rows at or above this use the "rows" score layout (see attention_kernels.h).
+constexpr int kRowsLayoutMin = 16;
+// Partials per query row that one reduction combines (finish_row's stack arrays).
+constexpr int64_t kMaxSplits = 64;
+// Largest head size (attention.py rejects larger ones): finish_row's stack row.
+constexpr int64_t kMaxHeadSize = 512;
+
+struct Geometry {
+  int64_t heads, kv_heads, group, dim, block;
+};
+
+struct Masking {
+  bool causal;
+  int64_t window;  // 0: none
+  float soft_cap;  // 0: none
+};
+
+// Visible global key range [lo, hi) of the query at position `pos` in a sequence of `len`.
+inline void visible(const Masking& mk, int64_t pos, int64_t len, int64_t* lo, int64_t* hi) {
+  if (!mk.causal) {
+    *lo = 0;
+    *hi = len;
+    return;
+  }
+  *hi = pos + 1;
+  *lo = mk.window > 0 ? std::max<int64_t>(0, pos - mk.window + 1) : 0;
+}
+
+// ---- plan --------------------------------------------------------------------------------------
+
+// Items for one step. tile_rows: target query rows (tokens x group) per item; long key ranges
+// are cut into block-aligned parts of at least min_split_keys keys so that there are about 8
+// items per thread.
+struct Plan {
+  std::vector<std::array<int32_t, kFields>> items;  // largest first
+  std::vector<std::array<int32_t, rFields>> reduce;
+  int64_t partial_rows = 0;
+};
+
+Plan make_plan(const int32_t* qsl, const int32_t* lens, int64_t S, int64_t group,
+               int64_t kv_heads, int64_t block, bool causal, int64_t window, int64_t num_threads,
+               int64_t tile_rows, int64_t min_split_keys) {
+  const Masking mk{causal, window, 0.f};
+  const int64_t T = std::max<int64_t>(1, tile_rows / group);
+
+  struct Tile {
+    int32_t seq, q0, qn, pos0, k0, k1;
+    int64_t cost;
+  };
+  std::vector<Tile> tiles;
+  int64_t total = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int32_t n = qsl[s + 1] - qsl[s], len = lens[s];
+    for (int32_t t0 = 0; t0 < n; t0 += T) {
+      const int32_t qn = static_cast<int32_t>(std::min<int64_t>(T, n - t0));
+      const int32_t pos0 = len - n + t0;
+      int64_t lo0, hi0, lo1, hi1;
+      visible(mk, pos0, len, &lo0, &hi0);
+      visible(mk, pos0 + qn - 1, len, &lo1, &hi1);
+      const int64_t k0 = std::min(lo0, lo1), k1 = std::max(hi0, hi1);
+      const int64_t cost = (k1 - k0 + block) * qn * group;  // + block: per-item overhead
+      tiles.push_back({static_cast<int32_t>(s), qsl[s] + t0, qn, pos0, static_cast<int32_t>(k0),
+                       static_cast<int32_t>(k1), cost});
+      total += cost * kv_heads;
+    }
+  }
+  const int64_t target = num_threads > 1 ? std::max<int64_t>(1, total / (num_threads * 8)) : 0;
+
+  Plan plan;
+  std::vector<std::array<int32_t, kFields>> items;
+  std::vector<int64_t> cost;
+  for (const Tile& t : tiles) {
+    const int64_t rows = static_cast<int64_t>(t.qn) * group;
+    const int64_t first_block = t.k0 / block, last_block = (t.k1 - 1) / block;
+    const int64_t nblocks = last_block - first_block + 1;
+    int64_t splits = 1;
+    if (target > 0 && t.cost > target) {
+      const int64_t by_cost = (t.cost + target - 1) / target;
+      const int64_t by_len = std::max<int64_t>(1, (t.k1 - t.k0) / min_split_keys);
+      splits = std::min({by_cost, by_len, nblocks, kMaxSplits});
+    }
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int32_t prow = static_cast<int32_t>(plan.partial_rows);
+      if (splits > 1)
+        plan.reduce.push_back({t.q0, t.qn, static_cast<int32_t>(h), prow,
+                               static_cast<int32_t>(splits)});
+      for (int64_t p = 0; p < splits; ++p) {
+        const int64_t b0 = first_block + nblocks * p / splits;
+        const int64_t b1 = first_block + nblocks * (p + 1) / splits;
+        const int32_t k0 = static_cast<int32_t>(std::max<int64_t>(t.k0, b0 * block));
+        const int32_t k1 = static_cast<int32_t>(std::min<int64_t>(t.k1, b1 * block));
+        items.push_back({t.seq, static_cast<int32_t>(h), t.q0, t.qn, t.pos0, k0, k1,
+                         splits > 1 ? static_cast<int32_t>(plan.partial_rows) : -1});
+        cost.push_back((k1 - k0 + block) * rows);
+        if (splits > 1) plan.partial_rows += rows;
+      }
+    }
+  }
+  // largest first: the shared counter then balances the tail
+  std::vector<int64_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return cost[a] > cost[b]; });
+  plan.items.reserve(items.size());
+  for (int64_t i : order) plan.items.push_back(items[i]);
+  return plan;
+}
+
+// ---- per-thread scratch ------------------------------------------------------------------------
+
+struct Scratch {
+  std::vector<float> buf;
+  float* q;      // dot: [R][D] ; rows: Q^T [D][Rp]
+  float* acc;    // [Rp][D]
+  float* s;      // dot: [R][bs] ; rows: [bs][Rp]
+  float* kf;     // rows: K block as fp32 [bs][D]
+  float* vf;     // rows: V block as fp32 [bs][D]
+  float* m;      // [Rp]
+  float* l;      // [Rp]
+  float* alpha;  // [Rp]
+  float* lo;     // [Rp] rows layout: visible key range as fp32
+  float* hi;     // [Rp]
+  std::vector<int> a, b;
+
+  void reserve(int64_t Rp, int64_t D, int64_t bs) {
+    const int64_t align = 16;  // floats: 64 bytes
+    auto up = [&](int64_t n) { return (n + align - 1) / align * align; };
+    const int64_t sizes[] = {Rp * D, Rp * D, Rp * bs, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp};
+    int64_t total = align;
+    for (int64_t n : sizes) total += up(n);
+    if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);  // grows once, then reused
+    float* p = buf.data();
+    p += (align - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % align) % align;
+    float** slots[] = {&q, &acc, &s, &kf, &vf, &m, &l, &alpha, &lo, &hi};
+    for (int i = 0; i < 10; ++i) {
+      *slots[i] = p;
+      p += up(sizes[i]);
+    }
+    if (static_cast<int64_t>(a.size()) < Rp) {
+      a.resize(Rp);
+      b.resize(Rp);
+    }
+  }
+};
+
+Scratch& scratch() {
+  thread_local Scratch w;
+  return w;
+}
+
+// ---- one work item -----------------------------------------------------------------------------
+
+struct Step {
+  Geometry g;
+  Masking mk;
+  float scale;  // softmax scale, times k_scale for an fp8 cache
+  const int32_t* block_table;
+  int64_t bt_stride;
+  const int32_t* seq_lens;
+};
+
+// Attend one item's rows (prepared in w.q) over its key range; leaves m, l, acc in w.
+template <typename KT>
+void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bool rows_layout,
+            int64_t Rp) {
+  const Geometry& g = st.g;
+  const int64_t D = g.dim, bs = g.block, G = g.group;
+  const int R = item[kQn] * static_cast<int>(G);
+  const int64_t len = st.seq_lens[item[kSeq]], k0 = item[kK0], k1 = item[kK1];
+  // per-row visible key range, clipped to the item's range
+  for (int64_t r = 0; r < Rp; ++r) {
+    int64_t lo = 0, hi = 0;
+    if (r < R) {
+      visible(st.mk, item[kPos0] + r / G, len, &lo, &hi);
+      lo = std::max(lo, k0);
+      hi = std::min(hi, k1);
+    }
+    w.lo[r] = static_cast<float>(lo);
+    w.hi[r] = static_cast<float>(std::max(lo, hi));
+    w.m[r] = kNegInf;
+    w.l[r] = 0.f;
+  }
+  std::fill(w.acc, w.acc + static_cast<int64_t>(R) * D, 0.f);
+  float min_hi = k1, max_lo = k0;
+  for (int r = 0; r < R; ++r) {
+    min_hi = std::min(min_hi, w.hi[r]);
+    max_lo = std::max(max_lo, w.lo[r]);
+  }
+  const int32_t* table = st.block_table + item[kSeq] * st.bt_stride;
+  const int64_t head_stride = bs * D, kv_stride = g.kv_heads * head_stride;
+  const int64_t first = k0 / bs, last = (k1 - 1) / bs;
+  for (int64_t b = first; b <= last; ++b) {
+    const int64_t kb = b * bs;
+    const int j0 = static_cast<int>(std::max<int64_t>(k0 - kb, 0));
+    const int j1 = static_cast<int>(std::min<int64_t>(k1 - kb, bs));
+    const KT* kp = cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) *
+                               head_stride;
+    const KT* vp = kp + kv_stride;
+    const KT* next_k = nullptr;
+    const KT* next_v = nullptr;
+    if (b < last) {
+      next_k = cache + (static_cast<int64_t>(table[b + 1]) * 2 * g.kv_heads + item[kKvh]) *
+                           head_stride;
+      next_v = next_k + kv_stride;
+    }
+    if (rows_layout) {
+      for (int j = 0; j < bs; ++j) {
+        float* kr = w.kf + j * D;
+        if (j < j0 || j >= j1) {
+          std::fill(kr, kr + D, 0.f);
+          continue;
+        }
+        float* vr = w.vf + j * D;
+        prefetch_rows(next_k, next_v, j, 1, D);
+        for (int64_t d = 0; d < D; d += kV) {
+          load_f32(kp + j * D + d).store(kr + d);
+          load_f32(vp + j * D + d).store(vr + d);
+        }
+      }
+      qk_rows(w.kf, w.q, D, Rp, static_cast<int>(bs), w.s);
+      const bool full = max_lo <= kb + j0 && min_hi >= kb + j1;
+      softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, st.mk.soft_cap,
+                   w.m, w.l, w.alpha);
+      pv(R, w.s, 1, Rp, static_cast<const float*>(w.vf), D, j0, j1, w.alpha, w.acc);
+    } else {
+      qk_dot(R, w.q, kp, D, j0, j1, w.s, bs, next_k, next_v);
+      for (int r = 0; r < R; ++r) {
+        w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kb, j0, j1));
+        w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kb, j0, j1));
+      }
+      softmax_dot(w.s, bs, R, j0, j1, w.a.data(), w.b.data(), st.mk.soft_cap, w.m, w.l,
+                  w.alpha);
+      pv(R, w.s, bs, 1, vp, D, j0, j1, w.alpha, w.acc);
+    }
+  }
+}
+
+// Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
+// pair_split: the dot layout stores each row in load_pair's order for a bf16 cache.
+template <typename QT>
+void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch& w,
+                  bool rows_layout, int64_t Rp, bool pair_split) {
+  const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
+  const int R = item[kQn] * static_cast<int>(G);
+  for (int r = 0; r < R; ++r) {
+    const QT* src = query + ((item[kQ0] + r / G) * H + item[kKvh] * G + r % G) * D;
+    if (rows_layout) {
+      for (int64_t d = 0; d < D; ++d) w.q[d * Rp + r] = static_cast<float>(src[d]) * st.scale;
+    } else {
+      float* row = w.q + r * D;
+      for (int64_t d = 0; d < D; ++d)
+        row[pair_split ? pair_split_order(d, D) : d] = static_cast<float>(src[d]) * st.scale;
+    }
+  }
+  if (rows_layout)
+    for (int64_t d = 0; d < D; ++d) std::fill(w.q + d * Rp + R, w.q + (d + 1) * Rp, 0.f);
+}
+
+// out_row = sum_s w_s acc_s / (sum_s w_s l_s + sink term), w_s = e^(m_s - M), times v_scale.
+// pair_split: the accumulators are in load_pair's order (a dot-layout item over a bf16 cache).
+template <typename QT>
+void finish_row(const float* const* acc, const float* m, const float* l, int splits,
+                const float* sink, float v_scale, int64_t D, bool pair_split, QT* out) {
+  float M = sink ? *sink : kNegInf;
+  for (int s = 0; s < splits; ++s) M = std::max(M, m[s]);
+  if (M == kNegInf) {  // no visible key and no sink
+    std::fill(out, out + D, static_cast<QT>(0.f));
+    return;
+  }
+  float wts[kMaxSplits];
+  float denom = sink ? std::exp(*sink - M) : 0.f;
+  for (int s = 0; s < splits; ++s) {
+    wts[s] = m[s] == kNegInf ? 0.f : std::exp(m[s] - M);
+    denom += wts[s] * l[s];
+  }
+  const float norm = denom > 0.f ? v_scale / denom : 0.f;
+  alignas(64) float row[kMaxHeadSize];
+  for (int64_t d = 0; d < D; d += kV) {
+    Vec o(0.f);
+    for (int s = 0; s < splits; ++s) o = at::vec::fmadd(Vec(wts[s]), Vec::loadu(acc[s] + d), o);
+    (o * Vec(norm)).store(row + d);
+  }
+  for (int64_t d = 0; d < D; ++d)
+    out[d] = static_cast<QT>(row[pair_split ? pair_split_order(d, D) : d]);
+}
+
+struct Buffers {
+  float* pacc;  // [partial_rows, D]
+  float* pml;   // [partial_rows, 2]
+  const float* sinks;
+  float v_scale;
+};
+
+template <typename KT, typename QT>
+void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, const QT* query,
+               QT* out, const Buffers& bufs) {
+  const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(U, 1));
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    Scratch& w = scratch();
+    for (int64_t u = next.fetch_add(1); u < U; u = next.fetch_add(1)) {
+      const int32_t* item = it + u * kFields;
+      const int R = item[kQn] * static_cast<int>(G);
+      const bool rows_layout = R >= kRowsLayoutMin;
+      const int64_t Rp = rows_layout ? (R + kV - 1) / kV * kV : R;
+      w.reserve(Rp, D, st.g.block);
+      load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>);
+      attend(st, item, cache, w, rows_layout, Rp);
+      if (item[kProw] >= 0) {
+        float* pacc = bufs.pacc + static_cast<int64_t>(item[kProw]) * D;
+        float* pml = bufs.pml + static_cast<int64_t>(item[kProw]) * 2;
+        std::memcpy(pacc, w.acc, sizeof(float) * R * D);
+        for (int r = 0; r < R; ++r) {
+          pml[2 * r] = w.m[r];
+          pml[2 * r + 1] = w.l[r];
+        }
+        continue;
+      }
+      for (int r = 0; r < R; ++r) {
+        const int64_t h = item[kKvh] * G + r % G;
+        const float* acc = w.acc + r * D;
+        finish_row(&acc, w.m + r, w.l + r, 1, bufs.sinks ? bufs.sinks + h : nullptr,
+                   bufs.v_scale, D, kPairSplit<KT> && !rows_layout,
+                   out + ((item[kQ0] + r / G) * H + h) * D);
+      }
+    }
+  });
+}
+
+// pair_split: dot-layout partials (fewer than kRowsLayoutMin rows) are in load_pair's order.
+template <typename QT>
+void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buffers& bufs,
+                bool pair_split) {
+  const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
+  at::parallel_for(0, E, 1, [&](int64_t e0, int64_t e1) {
+    const float* acc[kMaxSplits];
+    float m[kMaxSplits], l[kMaxSplits];
+    for (int64_t e = e0; e < e1; ++e) {
+      const int32_t* x = rd + e * rFields;
+      const int64_t R = static_cast<int64_t>(x[rQn]) * G;
+      for (int64_t r = 0; r < R; ++r) {
+        for (int s = 0; s < x[rSplits]; ++s) {
+          const int64_t row = x[rProw] + s * R + r;
+          acc[s] = bufs.pacc + row * D;
+          m[s] = bufs.pml[2 * row];
+          l[s] = bufs.pml[2 * row + 1];
+        }
+        const int64_t h = x[rKvh] * G + r % G;
+        finish_row(acc, m, l, x[rSplits], bufs.sinks ? bufs.sinks + h : nullptr, bufs.v_scale,
+                   D, pair_split && R < kRowsLayoutMin, out + ((x[rQ0] + r / G) * H + h) * D);
+      }
+    }
+  });
+}
+
+// Element types by the dtype codes Python passes.
+enum DType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2, kFP8 = 3 };
+
+template <typename F>
+bool dispatch_model(int64_t code, F&& f) {
+  switch (code) {
+    case kF32: f(float{}); return true;
+    case kBF16: f(c10::BFloat16{}); return true;
+    case kF16: f(c10::Half{}); return true;
+    default: return false;
+  }
+}
+
+template <typename F>
+bool dispatch_cache(int64_t code, F&& f) {
+  if (code == kFP8) {
+    f(c10::Float8_e4m3fn{});
+    return true;
+  }
+  return dispatch_model(code, f);
+}
+
+// key/value rows (last dim contiguous, strides in elements) -> cache [nb, 2, KH, bs, D] at
+// slots[t]; slot -1 is skipped. An fp8 cache stores cast_rne(clamp(x / scale, -448, 448)).
+template <typename IT, typename CT>
+void write_kv_typed(const IT* ks, const IT* vs, int64_t tok_stride_k, int64_t head_stride_k,
+                    int64_t tok_stride_v, int64_t head_stride_v, CT* cache, const int64_t* slots,
+                    int64_t tokens, int64_t KH, int64_t D, int64_t bs, float k_scale,
+                    float v_scale) {
+  constexpr bool fp8 = std::is_same_v<CT, c10::Float8_e4m3fn>;
+  at::parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t slot = slots[t];
+      if (slot < 0) continue;
+      const int64_t blk = slot / bs, off = slot % bs;
+      for (int kv = 0; kv < 2; ++kv) {
+        const IT* src = kv == 0 ? ks + t * tok_stride_k : vs + t * tok_stride_v;
+        const int64_t hs = kv == 0 ? head_stride_k : head_stride_v;
+        const float scale = kv == 0 ? k_scale : v_scale;
+        for (int64_t h = 0; h < KH; ++h) {
+          CT* dst = cache + (((blk * 2 + kv) * KH + h) * bs + off) * D;
+          const IT* x = src + h * hs;
+          for (int64_t d = 0; d < D; ++d) {
+            float f = static_cast<float>(x[d]);
+            if constexpr (fp8) f = std::min(std::max(f / scale, -448.f), 448.f);
+            dst[d] = static_cast<CT>(f);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace pa_attn
+
+using namespace pa_attn;
+
+#define PA_EXPORT extern "C" __attribute__((visibility("default")))
+
+PA_EXPORT void pa_attn_init() { init_fp8_table(); }
+
+PA_EXPORT const float* pa_attn_fp8_table() { return g_fp8_table; }
+
+PA_EXPORT int64_t pa_attn_vector_width() { return kV; }
+
+// Plans a step. counts[3] receives (items, reduce rows, partial rows); items_out
+// [items, 8] and reduce_out [reduce rows, 5] are filled when not null (call once to size them).
+PA_EXPORT void pa_attn_plan(const int32_t* qsl, const int32_t* lens, int64_t S, int64_t group,
+                            int64_t kv_heads, int64_t block, int64_t causal, int64_t window,
+                            int64_t num_threads, int64_t tile_rows, int64_t min_split_keys,
+                            int64_t* counts, int32_t* items_out, int32_t* reduce_out) {
+  const Plan p = make_plan(qsl, lens, S, group, kv_heads, block, causal != 0, window,
+                           num_threads, tile_rows, min_split_keys);
+  counts[0] = static_cast<int64_t>(p.items.size());
+  counts[1] = static_cast<int64_t>(p.reduce.size());
+  counts[2] = p.partial_rows;
+  if (items_out && !p.items.empty())
+    std::memcpy(items_out, p.items.data(), sizeof(int32_t) * kFields * p.items.size());
+  if (reduce_out && !p.reduce.empty())
+    std::memcpy(reduce_out, p.reduce.data(), sizeof(int32_t) * rFields * p.reduce.size());
+}
+
+// query/out [T, H, D] contiguous (model dtype), cache [nb, 2, KH, bs, D] (cache dtype),
+// block_table int32 [S, bt_stride], sinks fp32 [H] or null. Returns 0, or -1 on a bad dtype code.
+PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t model_dtype,
+                                  int64_t cache_dtype, const int32_t* block_table,
+                                  int64_t bt_stride, const int32_t* seq_lens, const int32_t* items,
+                                  int64_t num_items, const int32_t* reduce, int64_t num_reduce,
+                                  float* partial_acc, float* partial_ml, const float* sinks,
+                                  void* out, int64_t heads, int64_t kv_heads, int64_t dim,
+                                  int64_t block, double scale, double k_scale, double v_scale,
+                                  int64_t causal, int64_t window, double soft_cap) {
+  const Step st{{heads, kv_heads, heads / kv_heads, dim, block},
+                {causal != 0, window, static_cast<float>(soft_cap)},
+                static_cast<float>(scale * k_scale),
+                block_table,
+                bt_stride,
+                seq_lens};
+  const Buffers bufs{partial_acc, partial_ml, sinks, static_cast<float>(v_scale)};
+  bool ok = false;
+  dispatch_model(model_dtype, [&](auto qtag) {
+    using QT = decltype(qtag);
+    const QT* q = static_cast<const QT*>(query);
+    QT* o = static_cast<QT*>(out);
+    ok = dispatch_cache(cache_dtype, [&](auto ctag) {
+      using KT = decltype(ctag);
+      run_items(st, items, num_items, static_cast<const KT*>(cache), q, o, bufs);
+      if (num_reduce > 0) run_reduce(st, reduce, num_reduce, o, bufs, kPairSplit<KT>);
+    });
+  });
+  return ok ? 0 : -1;
+}
+
+// Stores this step's key/value rows into the cache. Returns 0, or -1 on a bad dtype code.
+PA_EXPORT int64_t pa_attn_write_kv(const void* key, const void* value, int64_t model_dtype,
+                                   int64_t tok_stride_k, int64_t head_stride_k,
+                                   int64_t tok_stride_v, int64_t head_stride_v, void* cache,
+                                   int64_t cache_dtype, const int64_t* slots, int64_t tokens,
+                                   int64_t kv_heads, int64_t dim, int64_t block, double k_scale,
+                                   double v_scale) {
+  bool ok = false;
+  dispatch_model(model_dtype, [&](auto itag) {
+    using IT = decltype(itag);
+    ok = dispatch_cache(cache_dtype, [&](auto ctag) {
+      using CT = decltype(ctag);
+      write_kv_typed(static_cast<const IT*>(key), static_cast<const IT*>(value), tok_stride_k,
+                     head_stride_k, tok_stride_v, head_stride_v, static_cast<CT*>(cache), slots,
+                     tokens, kv_heads, dim, block, static_cast<float>(k_scale),
+                     static_cast<float>(v_scale));
+    });
+  });
+  return ok ? 0 : -1;
+}

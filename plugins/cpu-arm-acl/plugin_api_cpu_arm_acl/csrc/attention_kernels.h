@@ -1,0 +1,296 @@
+// The inner loops of paged attention for one (request, KV head, key range) work item: scores,
+// online softmax and P.V, all in fp32 over at::vec. Two score layouts:
+// - "dot" (few rows, decode): S[r][j] = q_r . k_j, vectorised over the head dim, K read straight
+//   from the cache; every K element is converted once and used by all rows of the tile.
+// - "rows" (many rows, prefill or wide GQA): S^T[j][r] = sum_d K[j][d] Q^T[d][r], vectorised over
+//   query rows with K broadcast from an fp32 copy of the block; softmax is then vertical too.
+#pragma once
+
+#include "attention_vec.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pa_attn {
+
+// Fully unroll loops over register tiles early, so that the tile arrays live in registers.
+#define PA_UNROLL _Pragma("GCC unroll 16")
+
+// ---- scores, dot layout ------------------------------------------------------------------------
+
+// S[r][j..j+NT) for MR rows: q fp32 [MR][D], k cache rows [.][D].
+template <int MR, int NT, typename KT>
+inline void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s, int64_t lds) {
+  Vec acc[MR][NT];
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r)
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) acc[r][t] = Vec(0.f);
+  int64_t d = 0;
+  for (; d + 2 * kV <= D; d += 2 * kV) {  // q is stored in load_pair's order
+    Vec k0[NT], k1[NT];
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) load_pair(k + (j + t) * D + d, k0[t], k1[t]);
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      const Vec q0 = Vec::loadu(q + r * D + d);
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(q0, k0[t], acc[r][t]);
+      const Vec q1 = Vec::loadu(q + r * D + d + kV);
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(q1, k1[t], acc[r][t]);
+    }
+  }
+  for (; d < D; d += kV) {
+    Vec kv[NT];
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) kv[t] = load_f32(k + (j + t) * D + d);
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      const Vec qv = Vec::loadu(q + r * D + d);
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(qv, kv[t], acc[r][t]);
+    }
+  }
+  if constexpr (MR * NT == 8) {
+    alignas(32) float sums[8];
+    Vec flat[8];  // a copy, so that acc itself never has its address taken
+    PA_UNROLL
+    for (int i = 0; i < 8; ++i) flat[i] = acc[i / NT][i % NT];
+    reduce_add_8(flat, sums);
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = sums[r * NT + t];
+  } else {
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
+  }
+}
+
+// Rows [j, j + n) of the next block's K and V (null when there is none), spread over the
+// current block's tiles so that the requests never pile up.
+template <typename KT>
+inline void prefetch_rows(const KT* next_k, const KT* next_v, int j, int n, int64_t D) {
+  if (next_k == nullptr) return;
+  prefetch(next_k + j * D, n * D * static_cast<int64_t>(sizeof(KT)));
+  prefetch(next_v + j * D, n * D * static_cast<int64_t>(sizeof(KT)));
+}
+
+template <int MR, typename KT>
+inline void qk_dot_rows(const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
+                        int64_t lds, const KT* next_k, const KT* next_v) {
+  // enough independent accumulators to keep both FMA pipes busy, few enough not to spill
+  // (AVX2 has 16 vector registers: MR * NT accumulators + NT loads + 1)
+  constexpr int NT = MR >= 3 ? 2 : 4;
+  int j = j0;
+  for (; j + NT <= j1; j += NT) {
+    prefetch_rows(next_k, next_v, j, NT, D);
+    qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
+  }
+  for (; j < j1; ++j) {
+    prefetch_rows(next_k, next_v, j, 1, D);
+    qk_dot_tile<MR, 1>(q, k, D, j, s, lds);
+  }
+}
+
+// next_k/next_v: the next block's K and V rows to prefetch (null: none), read while the first
+// row tile runs.
+template <typename KT>
+inline void qk_dot(int R, const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
+                   int64_t lds, const KT* next_k, const KT* next_v) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) {
+    qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v);
+    next_k = next_v = nullptr;
+  }
+  switch (R - r) {
+    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
+    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
+    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
+    default: break;
+  }
+}
+
+// ---- scores, rows layout -----------------------------------------------------------------------
+
+// S^T[j..j+NT)[r..r+NV*kV): kf fp32 [bs][D], qt fp32 [D][Rp].
+template <int NT, int NV>
+inline void qk_rows_tile(const float* kf, const float* qt, int64_t D, int64_t Rp, int j, int64_t r,
+                         float* st) {
+  Vec acc[NT][NV];
+  PA_UNROLL
+  for (int t = 0; t < NT; ++t)
+    PA_UNROLL
+    for (int v = 0; v < NV; ++v) acc[t][v] = Vec(0.f);
+  for (int64_t d = 0; d < D; ++d) {
+    Vec qv[NV];
+    PA_UNROLL
+    for (int v = 0; v < NV; ++v) qv[v] = Vec::loadu(qt + d * Rp + r + v * kV);
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const Vec kb(kf[(j + t) * D + d]);
+      PA_UNROLL
+      for (int v = 0; v < NV; ++v) acc[t][v] = at::vec::fmadd(kb, qv[v], acc[t][v]);
+    }
+  }
+  PA_UNROLL
+  for (int t = 0; t < NT; ++t)
+    PA_UNROLL
+    for (int v = 0; v < NV; ++v) acc[t][v].store(st + (j + t) * Rp + r + v * kV);
+}
+
+// All bs columns (rows of kf outside the valid range are zero, so their scores are finite).
+inline void qk_rows(const float* kf, const float* qt, int64_t D, int64_t Rp, int bs, float* st) {
+  constexpr int NT = 4;  // bs is a multiple of 16
+  for (int j = 0; j < bs; j += NT) {
+    int64_t r = 0;
+    for (; r + 2 * kV <= Rp; r += 2 * kV) qk_rows_tile<NT, 2>(kf, qt, D, Rp, j, r, st);
+    for (; r < Rp; r += kV) qk_rows_tile<NT, 1>(kf, qt, D, Rp, j, r, st);
+  }
+}
+
+// ---- online softmax ----------------------------------------------------------------------------
+
+inline Vec soft_cap(const Vec& z, float cap) {
+  const Vec c(cap);
+  return c * (z / c).tanh();
+}
+
+// Dot layout: row r sees local tokens [a[r], b[r]) of the block; P must be finite on [j0, j1)
+// (the range P.V walks). Updates m, l; alpha[r] rescales the row's accumulator.
+inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int* a, const int* b,
+                        float cap, float* m, float* l, float* alpha) {
+  for (int r = 0; r < R; ++r) {
+    float* z = s + r * lds;
+    if (a[r] >= b[r]) {
+      std::fill(z + j0, z + j1, 0.f);
+      alpha[r] = 1.f;
+      continue;
+    }
+    const int ja = a[r] / kV * kV;
+    const int jb = (b[r] + kV - 1) / kV * kV;
+    if (cap > 0.f)
+      for (int j = ja; j < jb; j += kV) soft_cap(Vec::loadu(z + j), cap).store(z + j);
+    for (int j = ja; j < a[r]; ++j) z[j] = kNegInf;
+    for (int j = b[r]; j < jb; ++j) z[j] = kNegInf;
+    Vec mx(kNegInf);
+    for (int j = ja; j < jb; j += kV) mx = at::vec::maximum(mx, Vec::loadu(z + j));
+    const float m_new = std::max(m[r], reduce_max(mx));
+    const Vec mv(m_new);
+    Vec sum(0.f);
+    for (int j = ja; j < jb; j += kV) {
+      const Vec p = (Vec::loadu(z + j) - mv).exp_u20();
+      p.store(z + j);
+      sum = sum + p;
+    }
+    std::fill(z + j0, z + std::max(j0, std::min(ja, j1)), 0.f);
+    std::fill(z + std::min(j1, std::max(jb, j0)), z + j1, 0.f);
+    alpha[r] = std::exp(m[r] - m_new);  // m[r] = -inf gives 0: the accumulator is still zero
+    l[r] = l[r] * alpha[r] + reduce_add(sum);
+    m[r] = m_new;
+  }
+}
+
+// Rows layout: st [bs][Rp]; row r sees global keys [lo[r], hi[r]) (as fp32, exact below 2^24);
+// kb is the global key of local token 0. `full`: every row sees every token of [j0, j1).
+inline void softmax_rows(float* st, int64_t Rp, int j0, int j1, float kb, const float* lo,
+                         const float* hi, bool full, float cap, float* m, float* l,
+                         float* alpha) {
+  const Vec neg_inf(kNegInf);
+  for (int64_t r = 0; r < Rp; r += kV) {
+    const Vec lo_v = Vec::loadu(lo + r), hi_v = Vec::loadu(hi + r);
+    Vec mx(kNegInf);
+    for (int j = j0; j < j1; ++j) {
+      Vec z = Vec::loadu(st + j * Rp + r);
+      if (cap > 0.f) z = soft_cap(z, cap);
+      if (!full) {
+        const Vec key(kb + static_cast<float>(j));
+        z = Vec::blendv(neg_inf, z, (key >= lo_v) & (key < hi_v));
+      }
+      z.store(st + j * Rp + r);
+      mx = at::vec::maximum(mx, z);
+    }
+    const Vec m_old = Vec::loadu(m + r);
+    const Vec m_new = at::vec::maximum(m_old, mx);
+    // rows that have seen no key yet keep m = -inf; subtract 0 there so nothing becomes NaN
+    const Vec m_use = Vec::blendv(m_new, Vec(0.f), m_new == neg_inf);
+    const Vec a = (m_old - m_use).exp_u20();
+    Vec sum(0.f);
+    for (int j = j0; j < j1; ++j) {
+      const Vec p = (Vec::loadu(st + j * Rp + r) - m_use).exp_u20();
+      p.store(st + j * Rp + r);
+      sum = sum + p;
+    }
+    a.store(alpha + r);
+    (Vec::loadu(l + r) * a + sum).store(l + r);
+    m_new.store(m + r);
+  }
+}
+
+// ---- P.V ---------------------------------------------------------------------------------------
+
+// acc[r][d..d+NV*kV) = acc * alpha[r] + sum_{j in [j0, j1)} P(r, j) v[j][d..], for MR rows.
+// The accumulator row is in load_pair's order for VT (pair_split_order when kPairSplit<VT>).
+// P(r, j) = p[r * prs + j * pts] (either layout); v rows are [.][D] of type VT.
+template <int MR, int NV, typename VT>
+inline void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
+                    int j1, const float* alpha, float* acc, int64_t d) {
+  Vec a[MR][NV];
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    const Vec al(alpha[r]);
+    PA_UNROLL
+    for (int x = 0; x < NV; ++x) a[r][x] = Vec::loadu(acc + r * D + d + x * kV) * al;
+  }
+  for (int j = j0; j < j1; ++j) {
+    Vec vv[NV];
+    if constexpr (NV % 2 == 0) {  // whole pairs: the accumulator is in load_pair's order
+      PA_UNROLL
+      for (int x = 0; x < NV; x += 2) load_pair(v + j * D + d + x * kV, vv[x], vv[x + 1]);
+    } else {
+      PA_UNROLL
+      for (int x = 0; x < NV; ++x) vv[x] = load_f32(v + j * D + d + x * kV);
+    }
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      const Vec pb(p[r * prs + j * pts]);
+      PA_UNROLL
+      for (int x = 0; x < NV; ++x) a[r][x] = at::vec::fmadd(pb, vv[x], a[r][x]);
+    }
+  }
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r)
+    PA_UNROLL
+    for (int x = 0; x < NV; ++x) a[r][x].store(acc + r * D + d + x * kV);
+}
+
+template <int MR, typename VT>
+inline void pv_rows(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
+                    int j1, const float* alpha, float* acc) {
+  constexpr int NV = MR >= 3 ? 2 : 4;  // as in qk_dot_rows: MR * NV + NV + 1 registers
+  int64_t d = 0;
+  for (; d + NV * kV <= D; d += NV * kV)
+    pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
+  // chunks of 2 * kV stay pairs (pair_split_order), only a shorter tail is single
+  for (; d + 2 * kV <= D; d += 2 * kV) pv_tile<MR, 2>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
+  for (; d < D; d += kV) pv_tile<MR, 1>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
+}
+
+template <typename VT>
+inline void pv(int R, const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
+               int j1, const float* alpha, float* acc) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4)
+    pv_rows<4>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D);
+  switch (R - r) {
+    case 3: pv_rows<3>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D); break;
+    case 2: pv_rows<2>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D); break;
+    case 1: pv_rows<1>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D); break;
+    default: break;
+  }
+}
+
+}  // namespace pa_attn

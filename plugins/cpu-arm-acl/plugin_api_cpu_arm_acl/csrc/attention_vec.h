@@ -1,0 +1,118 @@
+// Loads and reductions over at::vec::Vectorized<float>, the one vector type the attention kernels
+// use. The same source compiles per ISA (CPU_CAPABILITY=AVX2 / AVX512 on x86-64, the NEON
+// specialisation on aarch64); only the fp8 index load has an x86 fast path.
+#pragma once
+
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace pa_attn {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int kV = Vec::size();
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// fp8 e4m3 byte -> fp32, filled once at module load from c10's conversion (the definition).
+extern float g_fp8_table[256];
+void init_fp8_table();
+
+// kV consecutive elements at p, converted to fp32. fp8 yields the stored value (unscaled).
+inline Vec load_f32(const float* p) { return Vec::loadu(p); }
+
+inline Vec load_f32(const c10::BFloat16* p) {
+  Vec v;
+  at::vec::load_to_float(p, v);
+  return v;
+}
+
+inline Vec load_f32(const c10::Half* p) {
+  Vec v;
+  at::vec::load_to_float(p, v);
+  return v;
+}
+
+inline Vec load_f32(const c10::Float8_e4m3fn* p) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(p);
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  const auto idx = at::vec::convert_to_int32<uint8_t>(bytes);
+#else
+  alignas(64) int32_t tmp[kV];
+  for (int i = 0; i < kV; ++i) tmp[i] = bytes[i];
+  const auto idx = at::vec::Vectorized<int32_t>::loadu(tmp);
+#endif
+  return at::vec::gather<sizeof(float)>(g_fp8_table, idx);
+}
+
+// 2 * kV consecutive elements at p as two fp32 vectors, in the order dot products use.
+// bf16 on x86 comes out split into even and odd elements ("pair split"): each 32-bit word holds
+// two bf16, so a shift and a mask convert 2 * kV elements in two cheap operations instead of
+// four shuffles and shifts. Whoever multiplies these must hold its operand in the same order
+// (see pair_split_order); every other case keeps the natural order.
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+template <typename T>
+constexpr bool kPairSplit = std::is_same_v<T, c10::BFloat16>;
+#else
+template <typename T>
+constexpr bool kPairSplit = false;
+#endif
+
+template <typename T>
+inline void load_pair(const T* p, Vec& first, Vec& second) {
+  if constexpr (kPairSplit<T>) {
+    using IVec = at::vec::Vectorized<int32_t>;
+    const IVec words = IVec::loadu(p);
+    first = at::vec::cast<float>(words << IVec(16));
+    second = at::vec::cast<float>(words & IVec(static_cast<int32_t>(0xFFFF0000u)));
+  } else {
+    first = load_f32(p);
+    second = load_f32(p + kV);
+  }
+}
+
+// Where element d of a row goes when the row is stored in load_pair's order: whole chunks of
+// 2 * kV are split into even then odd elements; a shorter tail keeps its place.
+inline int64_t pair_split_order(int64_t d, int64_t D) {
+  const int64_t chunk = 2 * kV, base = d / chunk * chunk;
+  if (base + chunk > D) return d;
+  const int64_t i = d - base;
+  return base + (i % 2) * kV + i / 2;
+}
+
+inline float reduce_add(const Vec& v) {
+  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
+}
+
+// out[i] = sum of the lanes of v[i], for 8 vectors. With AVX2 one transposing add tree does
+// all 8 (9 operations instead of 8 separate reductions of 6 or 7).
+inline void reduce_add_8(const Vec* v, float* out) {
+#if defined(CPU_CAPABILITY_AVX2)
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 c = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  // a = [v0..v3 lanes 0-3 | v0..v3 lanes 4-7], c likewise for v4..v7
+  const __m256 lo = _mm256_permute2f128_ps(a, c, 0x20), hi = _mm256_permute2f128_ps(a, c, 0x31);
+  _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
+#else
+  for (int i = 0; i < 8; ++i) out[i] = reduce_add(v[i]);
+#endif
+}
+
+inline float reduce_max(const Vec& v) {
+  return at::vec::vec_reduce_all<float>(
+      [](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
+}
+
+// Asks for `bytes` starting at p to be brought towards L1 (the next K or V block of a request
+// lives at an unrelated address, out of the hardware prefetcher's sight).
+inline void prefetch(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
+}  // namespace pa_attn

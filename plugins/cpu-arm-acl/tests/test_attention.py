@@ -1,0 +1,199 @@
+"""CPU paged attention: decisions for other machines (no hardware needed), and the native
+kernels on this machine against the dense oracle for odd shapes, thread counts and splits."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import platform
+import shutil
+import subprocess
+
+import pytest
+import torch
+from torch.utils.cpp_extension import include_paths
+
+from plugin_api.backend import backend_for
+from plugin_api.conformance.cases import make_case
+from plugin_api.conformance.test_attention import run_and_check, spec_of
+from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
+from plugin_api.machines import MACHINES
+from plugin_api.ops.attention import FP8, Attention, AttentionSpec
+from plugin_api.ops.graphs import GraphLevel
+from plugin_api_cpu_arm_acl import _attention_ext as ext
+from plugin_api_cpu_arm_acl.attention import CpuPagedAttention
+
+IMPL = CpuPagedAttention()
+SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+THIS_BOX = DeviceInfo(  # the development machine: AMD EPYC (Zen 3), AVX2 + FMA, no AVX-512
+    machine="x86_64",
+    cpu_model="AMD EPYC",
+    cpu_count=2,
+    cpu_flags=frozenset({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}),
+    torch=TorchBuild("2.13.0+cpu"),
+)
+
+
+@pytest.mark.parametrize(
+    "info,isa",
+    [
+        (MACHINES["graviton4"], "neon"),
+        (MACHINES["xeon-cpu"], "avx512"),
+        (MACHINES["mi300x"], "avx512"),  # its host CPU: an AVX-512 EPYC
+        (THIS_BOX, "avx2"),
+    ],
+    ids=["graviton4", "xeon", "epyc-zen4", "epyc-zen3"],
+)
+def test_isa_path_is_chosen_from_cpu_flags_and_shown(info, isa):
+    d = IMPL.supports(SPEC, info)
+    assert d.ok, d.reasons
+    assert f"native {isa} path" in d.because()
+
+
+def test_cpu_without_vector_isa_is_rejected():
+    old = dataclasses.replace(THIS_BOX, cpu_flags=frozenset({"sse4_2", "avx"}))
+    d = IMPL.supports(SPEC, old)
+    assert not d.ok and "without a supported vector ISA" in d.because()
+
+
+@pytest.mark.parametrize(
+    "change,why",
+    [
+        (dict(head_size=72), "head_size=72"),
+        (dict(head_size=1024), "head_size=1024"),
+        (dict(block_size=8), "block_size=8"),
+        (dict(block_size=24), "block_size=24"),
+        (dict(dcp_size=2), "dcp_size=2"),
+        (dict(query_dtype=FP8, kv_cache_dtype=FP8), "no fp8-query path"),
+    ],
+)
+def test_unsupported_specs_are_rejected_with_reasons(change, why):
+    d = IMPL.supports(dataclasses.replace(SPEC, **change), THIS_BOX)
+    assert not d.ok and why in d.because()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [dict(head_size=80), dict(head_size=256), dict(block_size=32), dict(kv_cache_dtype=FP8)],
+)
+def test_supported_variants_are_accepted(change):
+    assert IMPL.supports(dataclasses.replace(SPEC, **change), THIS_BOX).ok
+
+
+def test_graph_level_is_never_with_a_reason():
+    g = IMPL.graph_support(SPEC, THIS_BOX)
+    assert g.level == GraphLevel.NEVER and "CPU" in g.reason
+
+
+def test_build_key_changes_with_torch_version_and_isa():
+    avx2, neon = ext.ISA_PATHS[1], ext.ISA_PATHS[2]
+    keys = {
+        ext.build_key(avx2, "2.13.0"),
+        ext.build_key(avx2, "2.14.0"),
+        ext.build_key(neon, "2.13.0"),
+    }
+    assert len(keys) == 3
+
+
+def test_failed_build_names_its_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    broken = dataclasses.replace(ext.ISA_PATHS[1], name="broken", cflags=("-mno-such-flag",))
+    folder = ext.cache_root() / "broken"
+    with pytest.raises(ext.ExtensionBuildError, match=r"compiler output in .*build\.log") as e:
+        ext._build(broken, "plugin_api_cpu_attention_broken", folder, folder / "x.so")
+    assert "no-such-flag" in (folder / "build.log").read_text()
+    assert e.value.backend == "cpu-arm-acl"
+
+
+# ---- the native kernels on this machine --------------------------------------------------------
+
+native = pytest.mark.skipif(
+    ext.isa_path(read_device_info()) is None, reason="this CPU has no supported vector ISA"
+)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return backend_for("cpu-arm-acl")
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@native
+def test_fp8_table_matches_torch():
+    lib = ext.load(ext.isa_path(read_device_info()).name)
+    ptr = ctypes.cast(lib.pa_attn_fp8_table(), ctypes.POINTER(ctypes.c_float))
+    got = torch.tensor([ptr[i] for i in range(256)])
+    want = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(FP8).float()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+# (query_lens, seq_lens, num_decodes): one-token sequences, contexts ending on a block boundary
+# (16, 32, 64), decode-only, a prefill tile of many rows next to decodes.
+ODD_BATCHES = {
+    "one-token-seqs": ([1, 1, 1], [1, 1, 2], 3),
+    "block-boundaries": ([1, 1, 16], [16, 32, 64], 2),
+    "decode-and-prefill": ([1, 3, 40], [70, 19, 40], 2),
+}
+
+
+@native
+@pytest.mark.parametrize("head_size", [64, 80, 128, 256])
+@pytest.mark.parametrize("shape", list(ODD_BATCHES))
+def test_odd_shapes(backend, threads, head_size, shape):
+    q, L, nd = ODD_BATCHES[shape]
+    spec = spec_of(num_heads=8, num_kv_heads=2, head_size=head_size, num_speculative_tokens=2)
+    case = make_case(spec, q, L, num_decodes=nd, device="cpu", seed=head_size, pad_rows=3)
+    run_and_check(backend, torch.device("cpu"), case)
+
+
+@native
+@pytest.mark.parametrize(
+    "feature",
+    [{}, dict(has_sinks=True), dict(kv_cache_dtype=FP8, logits_soft_cap=6.0)],
+    ids=["base", "sinks", "fp8+softcap"],
+)
+def test_long_context_split_across_threads(backend, threads, feature):
+    """One request with a long context: its key range is split into parts that run on every
+    thread and are combined afterwards (sinks join only that final combination)."""
+    spec = spec_of(**feature)
+    case = make_case(spec, [1], [2100], num_decodes=1, device="cpu", seed=21)
+    plan = Attention(spec, backend).plan(case.batch)
+    split = plan.impl_plan.reduce.shape[0] > 0
+    assert split == (threads > 1), "a single long request must be split when threads > 1"
+    run_and_check(backend, torch.device("cpu"), case)
+
+
+@native
+def test_window_and_gqa_in_a_wide_prefill_tile(backend, threads):
+    spec = spec_of(num_heads=16, num_kv_heads=2, sliding_window=21, logits_soft_cap=4.0)
+    case = make_case(spec, [1, 37], [50, 90], num_decodes=1, device="cpu", seed=4)
+    run_and_check(backend, torch.device("cpu"), case)
+
+
+# ---- the variants this machine cannot run still compile ----------------------------------------
+
+COMPILERS = {"x86_64": "g++", "aarch64": "aarch64-linux-gnu-g++"}
+
+
+@pytest.mark.parametrize("isa", ext.ISA_PATHS, ids=[i.name for i in ext.ISA_PATHS])
+def test_every_isa_variant_compiles(isa):
+    """Type-checks the source as each variant is compiled (no code generation: seconds).
+    The aarch64 variant needs a cross compiler (Debian: g++-aarch64-linux-gnu)."""
+    arch = "aarch64" if "aarch64" in isa.machines else "x86_64"
+    cxx = COMPILERS[arch] if arch != platform.machine() else "g++"
+    if shutil.which(cxx) is None:
+        pytest.skip(f"no {cxx} to compile the {isa.name} variant with")
+    includes = [f"-isystem{p}" for p in include_paths()] + [f"-I{ext.CSRC}"]
+    cmd = [cxx, "-std=c++17", "-fsyntax-only", *ext.COMMON_CFLAGS, *isa.cflags, *includes]
+    done = subprocess.run(
+        [*cmd, str(ext.CSRC / "attention.cpp")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
