@@ -7,11 +7,15 @@ STAMP := $(VENV)/.installed
 .PHONY: setup doctor test lint system-deps
 setup: $(STAMP)
 
-# Debian packages the tests call: shellcheck and jq (docs checks), docker-registry (a real OCI
-# registry for tests/ci). Installed when missing and apt-get is usable (root); otherwise say so.
-DEBIAN_DEPS := shellcheck jq docker-registry
+# Debian packages the tests need, as command:package. shellcheck and jq: docs checks;
+# docker-registry: a real OCI registry for tests/ci; g++ and ninja: the cpu-arm-acl kernels build on
+# first use; aarch64-linux-gnu-g++: type-checks their Arm variant. Installed when missing and
+# apt-get is usable (root); otherwise make says which are missing.
+DEBIAN_DEPS := shellcheck:shellcheck jq:jq docker-registry:docker-registry g++:g++ \
+	ninja:ninja-build aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
 system-deps:
-	@missing=""; for p in $(DEBIAN_DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for pair in $(DEBIAN_DEPS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages:$$missing"; \
