@@ -70,17 +70,26 @@ def mm_out_dtype(platform: Platform) -> str:
     """Does ``torch.mm(bf16, bf16, out_dtype=torch.float32)`` run on the device?"""
     if (why := unreachable(platform)) is not None:
         return why
+    return mm_out_dtype_on(torch.device(platform.device_type), platform.name)
+
+
+def mm_out_dtype_on(device: torch.device, where: str) -> str:
     v = torch.__version__
-    if has_out_dtype_mm(torch.device(platform.device_type)):
+    if has_out_dtype_mm(device):
         return f"yes: torch {v} computes it"
-    return f"no: torch {v} raises for it on {platform.name}"
+    return f"no: torch {v} raises for it on {where}"
 
 
 def int_mm(platform: Platform) -> str:
-    """Does ``torch._int_mm`` compute an exact int8 product on the device, with the weight read
-    through a transposed view as ``scaled_mm`` passes it?"""
+    """Does ``torch._int_mm`` compute an exact int8 product on the device?"""
     if (why := unreachable(platform)) is not None:
         return why
+    return int_mm_on(torch.device(platform.device_type), platform.name)
+
+
+def int_mm_on(device: torch.device, where: str) -> str:
+    """The trial itself, on any device: the weight is read through a transposed view, as
+    ``scaled_mm`` passes it, and the product must equal the int32 one exactly."""
     v = torch.__version__
     if not hasattr(torch, "_int_mm"):
         return f"no: torch {v} has no torch._int_mm"
@@ -88,13 +97,12 @@ def int_mm(platform: Platform) -> str:
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
     w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
-    dev = platform.device_type
     try:
-        got = torch._int_mm(a.to(dev), w.to(dev).t()).cpu()
+        got = torch._int_mm(a.to(device), w.to(device).t()).cpu()
     except Exception as e:  # any failure means "no", with the error as the detail
-        return f"no: torch._int_mm raised on {platform.name} ({_first_line(e)})"
+        return f"no: torch._int_mm raised on {where} ({_first_line(e)})"
     if not torch.equal(got, a.int() @ w.int().t()):
-        return f"no: torch._int_mm on {platform.name} gave a wrong product (torch {v})"
+        return f"no: torch._int_mm on {where} gave a wrong product (torch {v})"
     return f"yes: torch {v} computes it"
 
 

@@ -9,8 +9,10 @@ import torch
 
 from plugin_api.device_graphs import graph_module
 from plugin_api.device_info import TorchBuild
+from plugin_api.device_trials import int_mm_on, mm_out_dtype_on
 from plugin_api.machines import MACHINES
 from plugin_api.platforms import CUDA, ROCM, XPU
+from plugin_api.reference.gemm import has_out_dtype_mm
 from plugin_api.torch_facts import GRAPH_CAPTURE, INT_MM, MM_OUT_DTYPE, NAMES, TorchFacts
 
 FACTS = TorchFacts("rocm", ROCM)
@@ -90,3 +92,14 @@ def test_trials_run_nothing_without_the_platform(platform):
 def test_only_cuda_and_xpu_have_graphs():
     with pytest.raises(ValueError, match=r"device_type='cpu' has no graph API in torch"):
         graph_module("cpu")
+
+
+def test_the_gemm_trials_themselves_on_the_cpu():
+    """The trial bodies run on any device; on the CPU, torch 2.13 has an exact torch._int_mm
+    and no mm(out_dtype=float32), and the trials say exactly that."""
+    cpu, v = torch.device("cpu"), torch.__version__
+    assert int_mm_on(cpu, "CPU") == f"yes: torch {v} computes it"
+    want = f"no: torch {v} raises for it on CPU"
+    if has_out_dtype_mm(cpu):
+        want = f"yes: torch {v} computes it"
+    assert mm_out_dtype_on(cpu, "CPU") == want
