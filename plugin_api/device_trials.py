@@ -44,8 +44,6 @@ def _first_line(e: BaseException) -> str:
 
 def graph_capture(platform: Platform) -> str:
     """Capture an in-place add in a graph, replay it, and check that the replay repeated it."""
-    if (why := unreachable(platform)) is not None:
-        return why
     v, dt = torch.__version__, platform.device_type
     cls = device_graphs.GRAPH_CLASSES[dt]
     if not hasattr(device_graphs.graph_module(dt), cls):
@@ -66,30 +64,17 @@ def graph_capture(platform: Platform) -> str:
     return f"yes: torch {v} captures and replays {platform.graph_name}s (torch.{dt}.{cls})"
 
 
-def mm_out_dtype(platform: Platform) -> str:
-    """Does ``torch.mm(bf16, bf16, out_dtype=torch.float32)`` run on the device?"""
-    if (why := unreachable(platform)) is not None:
-        return why
-    return mm_out_dtype_on(torch.device(platform.device_type), platform.name)
-
-
 def mm_out_dtype_on(device: torch.device, where: str) -> str:
+    """Does ``torch.mm(bf16, bf16, out_dtype=torch.float32)`` run on ``device``?"""
     v = torch.__version__
     if has_out_dtype_mm(device):
         return f"yes: torch {v} computes it"
     return f"no: torch {v} raises for it on {where}"
 
 
-def int_mm(platform: Platform) -> str:
-    """Does ``torch._int_mm`` compute an exact int8 product on the device?"""
-    if (why := unreachable(platform)) is not None:
-        return why
-    return int_mm_on(torch.device(platform.device_type), platform.name)
-
-
 def int_mm_on(device: torch.device, where: str) -> str:
-    """The trial itself, on any device: the weight is read through a transposed view, as
-    ``scaled_mm`` passes it, and the product must equal the int32 one exactly."""
+    """Does ``torch._int_mm`` compute an exact int8 product on ``device``? The weight is read
+    through a transposed view, as ``scaled_mm`` passes it."""
     v = torch.__version__
     if not hasattr(torch, "_int_mm"):
         return f"no: torch {v} has no torch._int_mm"
@@ -106,4 +91,13 @@ def int_mm_on(device: torch.device, where: str) -> str:
     return f"yes: torch {v} computes it"
 
 
-TRIALS = {"graph_capture": graph_capture, "mm_out_dtype": mm_out_dtype, "int_mm": int_mm}
+GEMM_TRIALS = {"mm_out_dtype": mm_out_dtype_on, "int_mm": int_mm_on}  # on any device
+
+
+def trial(name: str, platform: Platform) -> str:
+    """The fact ``name`` (``graph_capture`` or a key of ``GEMM_TRIALS``) for ``platform``."""
+    if (why := unreachable(platform)) is not None:
+        return why
+    if name == "graph_capture":
+        return graph_capture(platform)
+    return GEMM_TRIALS[name](torch.device(platform.device_type), platform.name)

@@ -37,9 +37,9 @@ class TorchFacts:
     def read(self, *names: str) -> dict[str, str]:
         """Run the trials for ``names`` on this machine (for ``plugin_api_machine_facts``)."""
         keys = {name: self.key(name) for name in names}
-        from .device_trials import TRIALS
+        from .device_trials import trial
 
-        return {key: TRIALS[name](self.platform) for name, key in keys.items()}
+        return {key: trial(name, self.platform) for name, key in keys.items()}
 
     def decision(self, info: DeviceInfo, name: str, what: str) -> Decision:
         """Accept or reject by the fact ``name`` in ``info``; the reason starts with ``what``."""
