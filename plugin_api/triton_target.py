@@ -27,12 +27,13 @@ class TritonTarget:
     - ``distributions``: the distributions that provide the ``triton`` module for this device
       (``pytorch-triton-xpu`` ships with XPU torch wheels), looked up in ``DeviceInfo``.
     - ``graph_capture``: pure ``info -> Decision``: can this device capture and replay the
-      kernels in a graph here (accept or reject, with the reason either way)?
+      kernels in a graph here (accept or reject, with the reason either way)? None: the plugin
+      declares no graph capture for them (it serves attention with other kernels).
     """
 
     device_type: str
     distributions: tuple[str, ...]
-    graph_capture: Callable[[DeviceInfo], Decision]
+    graph_capture: Callable[[DeviceInfo], Decision] | None = None
 
     def triton(self, info: DeviceInfo) -> Decision:
         """Is a usable Triton installed for this device, per ``info``?"""
@@ -51,3 +52,11 @@ class TritonTarget:
             return Decision.accept(f"Triton kernels ({name} {found})")
         names = ", ".join(self.distributions)
         return Decision.reject(f"no Triton for {self.device_type}: none of {names} is installed")
+
+    def probe_line(self, info: DeviceInfo, families: str) -> str:
+        """A probe reason: the Triton that serves ``families`` ("quant and state"), or why
+        none does and that those families fall back to the reference (visibly, warned once)."""
+        found = self.triton(info)
+        if found.ok:
+            return found.because()
+        return f"{found.because()}: {families} fall back to the reference"

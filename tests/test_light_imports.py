@@ -48,3 +48,25 @@ assert sel.backend == "reference", sel
 assert "plugin_api.triton" not in sys.modules, "the Triton kernels load only for their backend"
 """
     assert run(body) == []
+
+
+def test_what_if_planning_of_the_gpu_plugins_imports_no_triton():
+    """Listing and asking every implementation of the GPU plugins, as a what-if doctor does,
+    imports neither triton nor flashinfer: kernels load when one first runs."""
+    body = """
+from plugin_api.contract import OpFamily
+from plugin_api.machines import MACHINES
+from plugin_api.model_specs import MODELS
+from plugin_api_cuda_sm90.hooks import plugin_api_implementations as cuda
+from plugin_api_rocm.hooks import plugin_api_implementations as rocm
+from plugin_api_xpu.hooks import plugin_api_implementations as xpu
+for hooks, name in ((cuda, "h200"), (rocm, "mi300x"), (xpu, "max-1550")):
+    info = MACHINES[name]
+    for model in MODELS:
+        for layer in model.layers:
+            for impl in hooks(layer.family):
+                impl.supports(layer.spec, info)
+                if layer.family is OpFamily.ATTENTION:
+                    impl.graph_support(layer.spec, info)
+"""
+    assert run(body) == []

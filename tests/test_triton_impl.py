@@ -104,11 +104,36 @@ def test_graph_level_follows_the_targets_capture_decision():
     assert always.reason.startswith("test device captures graphs; one kernel for mixed batches")
 
 
+def test_graph_level_is_never_for_a_spec_the_kernels_do_not_serve():
+    info = WITH_TRITON.with_facts({"test.graphs": "yes"})
+    d = TritonAttention(TARGET).graph_support(AttentionSpec(8, 2, 128, dcp_size=2), info)
+    assert d.level == GraphLevel.NEVER
+    assert d.reason.startswith("not served here: dcp_size=2: the kernel attends one rank's")
+
+
+def test_a_target_without_graph_capture_declares_never():
+    bare = TritonTarget("cuda", ("triton",))
+    d = TritonAttention(bare).graph_support(SPEC, _info({"triton": "3.9.0"}))
+    assert d.level == GraphLevel.NEVER
+    assert d.reason == "no graph capture is declared for the Triton kernels on cuda"
+
+
+def test_probe_line_names_the_families_that_fall_back():
+    assert TARGET.probe_line(WITH_TRITON, "quant") == "Triton kernels (pytorch-triton-xpu 3.9.0)"
+    assert TARGET.probe_line(_info({}), "quant and state") == (
+        "no Triton for xpu: none of pytorch-triton-xpu, triton is installed: "
+        "quant and state fall back to the reference"
+    )
+
+
 def test_launch_table_lookup_falls_back_by_device_type_then_default():
     assert lookup("xpu:pvc") is TABLES["xpu:pvc"]
     assert lookup("xpu:bmg") is TABLES["xpu"]  # no Arc-specific entry: the xpu one
     assert lookup("cuda:sm_90") is TABLES["cuda:sm_90"]
-    assert lookup("cuda:gfx942") is DEFAULT  # no ROCm table yet
+    assert lookup("cuda:sm_100") is DEFAULT  # no Blackwell entry, no "cuda" entry
+    for arch in ("gfx942", "gfx950", "gfx1100"):
+        assert lookup(f"cuda:{arch}") is TABLES[f"cuda:{arch}"]
+    assert lookup("cuda:gfx90a") is DEFAULT
     assert lookup("cpu") is TABLES["cpu"]
 
 

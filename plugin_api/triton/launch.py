@@ -90,6 +90,26 @@ TABLES: dict[str, LaunchTable] = {
         attention=AttentionLaunch(block_m=64, block_n=64, num_warps=4, num_stages=3),
         copy=CopyLaunch(block=2048, write_tokens=1, num_warps=4),
     ),
+    # ROCm entries are unmeasured starting points. A "warp" is a wavefront: 64 lanes on CDNA
+    # (gfx942, gfx950), 32 on RDNA (gfx1100). AMD's pipeliner stages K/V tiles through LDS.
+    # MI300X (CDNA3): 64 KB LDS per CU; one stage keeps head-256 K/V tiles of 32 keys inside it.
+    "cuda:gfx942": LaunchTable(
+        quant=QuantLaunch(max_block=1024, num_warps=4, num_stages=1),
+        attention=AttentionLaunch(block_m=64, block_n=32, num_warps=4, num_stages=1),
+        copy=CopyLaunch(block=2048, write_tokens=1, num_warps=4),
+    ),
+    # MI355X (CDNA4): 160 KB LDS per CU: wider key tiles, double-buffered.
+    "cuda:gfx950": LaunchTable(
+        quant=QuantLaunch(max_block=1024, num_warps=4, num_stages=1),
+        attention=AttentionLaunch(block_m=64, block_n=64, num_warps=4, num_stages=2),
+        copy=CopyLaunch(block=2048, write_tokens=1, num_warps=4),
+    ),
+    # Radeon RX 7900 (RDNA3): wave32, fewer registers per lane: half-height query tiles.
+    "cuda:gfx1100": LaunchTable(
+        quant=QuantLaunch(max_block=1024, num_warps=4, num_stages=1),
+        attention=AttentionLaunch(block_m=32, block_n=32, num_warps=4, num_stages=1),
+        copy=CopyLaunch(block=1024, write_tokens=1, num_warps=4),
+    ),
 }
 
 

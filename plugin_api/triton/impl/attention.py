@@ -87,6 +87,14 @@ class TritonAttention:
         return Decision.all_of(self.target.triton(info), own)
 
     def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
+        served = self.supports(spec, info)
+        if not served.ok:
+            return GraphSupport(GraphLevel.NEVER, f"not served here: {served.because()}")
+        if self.target.graph_capture is None:
+            return GraphSupport(
+                GraphLevel.NEVER,
+                f"no graph capture is declared for the Triton kernels on {self.target.device_type}",
+            )
         capture = self.target.graph_capture(info)
         if not capture.ok:
             return GraphSupport(GraphLevel.NEVER, capture.because())

@@ -2,14 +2,13 @@
 
 from plugin_api.contract import BackendDescriptor, OpFamily
 
-# Quantization is left out until the host's portable Triton kernel (plugin_api.triton) lands.
 DESCRIPTOR = BackendDescriptor(
     id="cuda-sm90",
     host_api=">=1.0,<2",
     priority=20,
-    families=(OpFamily.ATTENTION, OpFamily.GEMM),
+    families=(OpFamily.ATTENTION, OpFamily.GEMM, OpFamily.QUANT, OpFamily.STATE),
     device_kinds=("cuda",),
     hooks="plugin_api_cuda_sm90.hooks",
     summary="NVIDIA Hopper (SM90): FlashInfer attention with XQA decode, CUDA-graph declarations",
-    libraries=("flashinfer-python",),
+    libraries=("flashinfer-python", "pytorch-triton"),
 )

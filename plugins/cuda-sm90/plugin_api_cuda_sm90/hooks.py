@@ -26,4 +26,12 @@ def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
         from .gemm import TorchCudaGemm
 
         return (TorchCudaGemm(),)
-    raise LookupError(f"cuda-sm90 provides no {family} implementations")
+    if family is OpFamily.QUANT:
+        from .quant import implementations
+
+        return implementations()
+    if family is OpFamily.STATE:
+        from .state import implementations
+
+        return implementations()
+    raise ValueError(f"cuda-sm90: unknown op family {family!r}")

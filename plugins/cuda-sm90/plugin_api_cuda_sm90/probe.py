@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
+from plugin_api.platforms import CUDA
 
 from . import versions
 
 VALIDATED_MAJOR = 9  # SM90: H100, H200, GH200
 EXPERIMENTAL_MAJORS = (10, 12)  # SM100 (B200), SM12x (RTX Blackwell)
+
+# The host's portable Triton kernels serve quantization and state copies. FlashInfer serves
+# attention (with its own graph table), so no graph capture is declared for the kernels.
+TRITON = CUDA.triton_target()
 
 
 def probe(info: DeviceInfo) -> Availability:
@@ -38,10 +43,14 @@ def probe(info: DeviceInfo) -> Availability:
     flashinfer = versions.check_installed(info)
     if not flashinfer:
         return Availability.unavailable(where, *flashinfer.reasons)
+    kernels = TRITON.probe_line(info, "quant and state")
     if cc[0] == VALIDATED_MAJOR:
-        return Availability.validated("cuda", f"{where}: the validated target", *flashinfer.reasons)
+        return Availability.validated(
+            "cuda", f"{where}: the validated target", *flashinfer.reasons, kernels
+        )
     return Availability.experimental(
         "cuda",
         f"{where}: runs with this architecture's own rules, not validated",
         *flashinfer.reasons,
+        kernels,
     )

@@ -1,5 +1,6 @@
-"""``plugin-api doctor --json --device-info h200``: the plugin validated, its op table, and the
-CUDA-graph level with its reason for the default specs."""
+"""``plugin-api doctor --json --device-info h200``: the plugin validated, its op table (quant and
+state on the host's Triton kernels, no reference fallback), and the CUDA-graph level with its
+reason for the default specs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def test_doctor_on_an_h200(capsys: pytest.CaptureFixture[str], monkeypatch) -> N
     assert main(["doctor", "--json", "--device-info", "h200"]) == 0
     data = json.loads(capsys.readouterr().out)
     (rec,) = [p for p in data["plugins"] if p["id"] == "cuda-sm90"]
-    assert rec["state"] == "validated" and rec["families"] == ["attention", "gemm"]
+    assert rec["state"] == "validated"
+    assert rec["families"] == ["attention", "gemm", "quant", "state"]
     assert data["selection"]["backend"] == "cuda-sm90"
     models = {m["model"]: m for m in data["ops"]}
     llama = models["llama-3-8b"]
@@ -37,3 +39,11 @@ def test_doctor_on_an_h200(capsys: pytest.CaptureFixture[str], monkeypatch) -> N
     gemma = next(m for name, m in models.items() if name.startswith("gemma"))
     shared = next(layer for layer in gemma["layers"] if layer["name"] == "kv-shared attention")
     assert shared["chosen"]["impl"] == "flashinfer"
+    # quant and state through the host's Triton kernels: no reference fallback left
+    triton = {"impl": "triton", "path": "triton", "backend": "cuda-sm90", "fallback": False}
+    others = [layer for m in data["ops"] for layer in m["layers"]]
+    served = {
+        layer["name"]: layer["chosen"] for layer in others if layer["family"] in ("quant", "state")
+    }
+    assert set(served) == {"activation quant (w8a8)", "activation group quant", "ssm state"}
+    assert all(chosen == triton for chosen in served.values()), served

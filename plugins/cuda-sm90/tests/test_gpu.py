@@ -9,6 +9,7 @@ import torch
 
 from plugin_api.backend import backend_for
 from plugin_api.conformance.cases import make_case
+from plugin_api.device_graphs import capture
 from plugin_api.errors import SelectionError
 from plugin_api.ops.attention import Attention, AttentionSpec
 
@@ -27,14 +28,10 @@ SPEC = AttentionSpec(32, 8, 128, torch.bfloat16, block_size=16)
 
 
 def _graph_run(attn: Attention, case, plan, out: torch.Tensor) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):  # warm-up off the capture stream (JIT loads, allocations)
+    def step() -> None:
         attn.run(case.query, case.key, case.value, case.cache, plan, out=out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        attn.run(case.query, case.key, case.value, case.cache, plan, out=out)
-    return graph
+
+    return capture(step, "cuda")  # after a warm-up off the capture stream (JIT loads)
 
 
 def test_padded_single_token_graph(backend) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
@@ -17,6 +17,22 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 
 @hookimpl
+def plugin_api_machine_facts() -> Mapping[str, str]:
+    from .facts import read
+
+    return read()
+
+
+@hookimpl
 def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    # No op kernels yet: the descriptor lists no families, so the host never asks.
-    raise LookupError(f"rocm provides no {family} implementations yet")
+    if family is OpFamily.ATTENTION:
+        from .attention import implementations
+    elif family is OpFamily.GEMM:
+        from .gemm import implementations
+    elif family is OpFamily.QUANT:
+        from .quant import implementations
+    elif family is OpFamily.STATE:
+        from .state import implementations
+    else:
+        raise ValueError(f"rocm: unknown op family {family!r}")
+    return implementations()

@@ -1,20 +1,21 @@
 """What only the real machine can tell about the XPU stack, for ``DeviceInfo.facts``.
 
 Read through the ``plugin_api_machine_facts`` hook on the real machine (never for what-if).
-Each value is ``"yes: <detail>"`` or ``"no: <detail>"``. torch is imported inside ``read``; the
-device is touched only when torch reaches an XPU.
+Graph capture and ``torch.mm(out_dtype=...)`` are the host's trials (``plugin_api.torch_facts``,
+keys ``xpu.graph_capture`` and ``xpu.mm_out_dtype``); whether an installed IPEX imports is this
+plugin's own. Each value is ``"yes: <detail>"`` or ``"no: <detail>"``.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from types import ModuleType
 
 from plugin_api.device_info import installed_version
+from plugin_api.platforms import XPU
+from plugin_api.torch_facts import GRAPH_CAPTURE, MM_OUT_DTYPE, TorchFacts
 
-GRAPH_CAPTURE = "xpu.graph_capture"
-MM_OUT_DTYPE = "xpu.mm_out_dtype"
+FACTS = TorchFacts("xpu", XPU)
 IPEX_IMPORT = "xpu.ipex_import"
 IPEX = "intel-extension-for-pytorch"
 _IPEX_IMPORT_SECONDS = 8.0  # inside the host's probe timeout
@@ -28,32 +29,11 @@ def minor(version: str) -> str:
 def read() -> dict[str, str]:
     import torch
 
-    found = {GRAPH_CAPTURE: _graph_capture(torch), MM_OUT_DTYPE: _mm_out_dtype(torch)}
+    found = FACTS.read(GRAPH_CAPTURE, MM_OUT_DTYPE)
     ipex = installed_version(IPEX)
     if ipex is not None and minor(ipex) == minor(torch.__version__):
         found[IPEX_IMPORT] = _ipex_imports()
     return found
-
-
-def _graph_capture(torch: ModuleType) -> str:
-    v = torch.__version__
-    if not getattr(torch._C, "_has_xpu", False):
-        # in a build without XPU, torch.xpu.XPUGraph exists but is a placeholder type
-        return f"no: torch {v} is built without XPU"
-    if not hasattr(torch.xpu, "XPUGraph"):
-        return f"no: torch {v} has no torch.xpu.XPUGraph"
-    return f"yes: torch {v} provides torch.xpu.XPUGraph"
-
-
-def _mm_out_dtype(torch: ModuleType) -> str:
-    from plugin_api.reference.gemm import has_out_dtype_mm
-
-    v = torch.__version__
-    if not torch.xpu.is_available():
-        return f"no: no XPU device to try it on (torch {v})"
-    if has_out_dtype_mm(torch.device("xpu")):
-        return f"yes: torch {v} computes it"
-    return f"no: torch {v} raises for it on xpu"
 
 
 def _ipex_imports() -> str:

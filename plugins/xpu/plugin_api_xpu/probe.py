@@ -10,37 +10,14 @@ from __future__ import annotations
 
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
-from plugin_api.ops.decision import Decision
-from plugin_api.triton_target import TritonTarget
 
 from . import facts
 
 VALIDATED_FAMILIES = {"pvc": "Data Center GPU Max", "bmg": "Arc B-series", "dg2": "Arc A-series"}
 
-
-def _fact(info: DeviceInfo, key: str, what: str) -> Decision:
-    value = info.fact(key)
-    if value is None:
-        return Decision.reject(
-            f"{what}: not established for this machine description (fact {key!r} is read from "
-            "the installed torch on the real machine)"
-        )
-    verdict, _, detail = value.partition(": ")
-    return Decision(verdict == "yes", (f"{what}: {detail or verdict}",))
-
-
-def graph_capture(info: DeviceInfo) -> Decision:
-    """Can the installed torch capture and replay XPU work in a graph (``torch.xpu.XPUGraph``)?"""
-    return _fact(info, facts.GRAPH_CAPTURE, "XPU graph capture")
-
-
-def mm_out_dtype(info: DeviceInfo) -> Decision:
-    """Does ``torch.mm(bf16, bf16, out_dtype=torch.float32)`` run on XPU here?"""
-    return _fact(info, facts.MM_OUT_DTYPE, "torch.mm(out_dtype=float32) on xpu")
-
-
-# The host's portable kernels serve attention, quantization and state copies on XPU.
-TRITON = TritonTarget("xpu", ("pytorch-triton-xpu", "triton"), graph_capture)
+# The host's portable kernels serve attention, quantization and state copies on XPU; whether
+# they run in graphs (torch.xpu.XPUGraph) is the xpu.graph_capture fact.
+TRITON = facts.FACTS.triton_target()
 
 
 def ipex_status(info: DeviceInfo) -> str:
@@ -77,10 +54,7 @@ def probe(info: DeviceInfo) -> Availability:
             "torch.xpu.is_available() is False: no Intel GPU visible to this XPU build"
         )
     gpu = gpus[0]
-    triton = TRITON.triton(info)
-    kernels = triton.because()
-    if not triton.ok:
-        kernels += ": attention, quant and state fall back to the reference"
+    kernels = TRITON.probe_line(info, "attention, quant and state")
     family = VALIDATED_FAMILIES.get(gpu.arch)
     if family is not None:
         return Availability.validated("xpu", f"{gpu.name} ({family})", kernels, ipex_status(info))

@@ -3,10 +3,6 @@ IPEX status and the fp32 LM head, all from ``DeviceInfo`` (real for this machine
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -15,23 +11,24 @@ from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import AttentionSpec
 from plugin_api.ops.gemm import GemmSpec
 from plugin_api.ops.graphs import GraphLevel
+from plugin_api.torch_facts import GRAPH_CAPTURE, MM_OUT_DTYPE
 from plugin_api.triton.impl import TritonAttention
 from plugin_api_xpu import facts
 from plugin_api_xpu.descriptor import DESCRIPTOR
-from plugin_api_xpu.gemm import XpuGemm
+from plugin_api_xpu.gemm import implementations as gemms
 from plugin_api_xpu.probe import TRITON, ipex_status, probe
 
 LM_HEAD = GemmSpec(128256, 4096, torch.bfloat16, torch.float32, "lm_head")
-YES = {
-    facts.GRAPH_CAPTURE: "yes: torch 2.13.0+xpu provides torch.xpu.XPUGraph",
-    facts.MM_OUT_DTYPE: "yes: torch 2.13.0+xpu computes it",
-}
+KEY = facts.FACTS.key
+CAPTURES = "yes: torch 2.13.0+xpu captures and replays XPU graphs (torch.xpu.XPUGraph)"
+YES = {KEY(GRAPH_CAPTURE): CAPTURES, KEY(MM_OUT_DTYPE): "yes: torch 2.13.0+xpu computes it"}
 
 
 def declarations(info: DeviceInfo) -> dict[str, object]:
     a = probe(info)
     graph = TritonAttention(TRITON).graph_support(AttentionSpec(32, 8, 128), info)
-    lm_head = XpuGemm().supports(LM_HEAD, info)
+    (gemm,) = gemms()
+    lm_head = gemm.supports(LM_HEAD, info)
     return {
         "status": str(a.status),
         "reasons": a.reasons,
@@ -69,18 +66,19 @@ def test_max_1550_with_a_capable_torch():
     assert d["status"] == "validated"
     assert d["graph"].level == GraphLevel.ALWAYS
     assert d["graph"].reason.startswith(
-        "XPU graph capture: torch 2.13.0+xpu provides torch.xpu.XPUGraph; one kernel"
+        "XPU graph capture: torch 2.13.0+xpu captures and replays XPU graphs "
+        "(torch.xpu.XPUGraph); one kernel"
     )
     assert d["lm_head"].reasons == (
-        "bf16 -> fp32: torch.mm(out_dtype=float32) on xpu: torch 2.13.0+xpu computes it",
+        "bf16 -> fp32: torch.mm(out_dtype=float32) on XPU: torch 2.13.0+xpu computes it",
     )
 
 
 def test_arc_b580_with_an_older_torch():
     info = MACHINES["arc-b580"].with_facts(
         {
-            facts.GRAPH_CAPTURE: "no: torch 2.13.0+xpu has no torch.xpu.XPUGraph",
-            facts.MM_OUT_DTYPE: "no: torch 2.13.0+xpu raises for it on xpu",
+            KEY(GRAPH_CAPTURE): "no: torch 2.13.0+xpu has no torch.xpu.XPUGraph",
+            KEY(MM_OUT_DTYPE): "no: torch 2.13.0+xpu raises for it on XPU",
         }
     )
     d = declarations(info)
@@ -89,7 +87,7 @@ def test_arc_b580_with_an_older_torch():
     assert d["graph"].reason == "XPU graph capture: torch 2.13.0+xpu has no torch.xpu.XPUGraph"
     assert d["lm_head"].because() == (
         "bf16 -> fp32 needs the fp32 accumulator: "
-        "torch.mm(out_dtype=float32) on xpu: torch 2.13.0+xpu raises for it on xpu"
+        "torch.mm(out_dtype=float32) on XPU: torch 2.13.0+xpu raises for it on XPU"
     )
 
 
@@ -107,11 +105,12 @@ def test_this_machine():
     if info.accelerators_of("intel"):
         pytest.skip("this machine has an Intel GPU: the verdicts above are about other ones")
     assert d["status"] == "unavailable" and "torch.xpu.is_available() is False" in d["reasons"][-1]
-    assert info.fact(facts.MM_OUT_DTYPE).startswith("no: no XPU device to try it on")
-    if not info.torch.xpu:
-        want = f"no: torch {torch.__version__} is built without XPU"
-        assert info.fact(facts.GRAPH_CAPTURE) == want
-        assert d["graph"].level == GraphLevel.NEVER
+    if info.torch.xpu:
+        want = f"no: no XPU device visible to torch {torch.__version__}"
+    else:
+        want = f"no: torch {torch.__version__} is not built for XPU"
+    assert info.fact(KEY(MM_OUT_DTYPE)) == want and info.fact(KEY(GRAPH_CAPTURE)) == want
+    assert d["graph"].level == GraphLevel.NEVER and d["graph"].reason.endswith(want[4:])
 
 
 def test_no_triton_means_visible_fallbacks():
@@ -146,23 +145,3 @@ def test_ipex_is_reported_never_required(ipex, imported, expect):
         info = info.with_facts({facts.IPEX_IMPORT: imported})
     assert expect in ipex_status(info)
     assert str(probe(info).status) == "validated"
-
-
-def test_what_if_planning_imports_no_triton():
-    """Listing and asking the implementations, as a what-if doctor does, never imports triton:
-    the kernels load when one first runs."""
-    code = """
-import json, sys
-from plugin_api.contract import OpFamily
-from plugin_api.machines import MACHINES
-from plugin_api.model_specs import MODELS
-from plugin_api_xpu.hooks import plugin_api_implementations
-info = MACHINES["max-1550"]
-for model in MODELS:
-    for layer in model.layers:
-        for impl in plugin_api_implementations(layer.family):
-            impl.supports(layer.spec, info)
-print(json.dumps(sorted(m for m in sys.modules if m == "triton" or m.startswith("triton."))))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
