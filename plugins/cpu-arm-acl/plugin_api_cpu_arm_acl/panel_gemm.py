@@ -10,7 +10,7 @@ without VNNI).
 - int8: int8 weights and activations widened to int16 pairs, ``vpmaddwd`` into int32 (exact for
   K < 2^17), then ``(acc * s_x) * s_w (+ bias)`` in fp32, the reference's order, cast once.
 
-Kernels: ``csrc/panel_*.cpp``; which ISA variant and loop order run is ``PanelPolicy``.
+Kernels: ``csrc/panel_*.cpp``; which ISA's kernels run, and their blocking, is ``PanelPolicy``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class PanelWeight:
 @dataclass(frozen=True, slots=True)
 class PanelPlan:
     """What a call runs: its full problem and the kernel configuration (``PanelConf`` in
-    csrc/kernels.h: isa, widen, kc, mc, nb, threads) cached for it."""
+    csrc/kernels.h: isa, widen, kc, mc, threads) cached for it."""
 
     problem: GemmProblem
     conf: tuple[int, ...]
@@ -81,12 +81,12 @@ class PanelGemm:
 
     def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
         isa = self.isa(info)
-        how = f"{isa} kernels ({PANEL} isa={self.policy.isa})"
+        how = f"{isa} kernels"
         if spec.weight_dtype == F32:
             return Decision.reject("fp32 weights: oneDNN's f32 matmul serves them")
         if isa == "avx2" and panel_isa(info) != "avx2":
             return Decision.reject(f"{PANEL} isa=avx2, but {isa_name(info)} lacks AVX2/FMA/F16C")
-        policy = f"PanelPolicy: {self.policy.describe(spec.scaled)} ({PANEL})"
+        policy = f"PanelPolicy: {self.policy.describe()} ({PANEL})"
         if spec.scaled:
             if int8_matmul_exact(info):
                 return Decision.reject(f"int8: oneDNN's s8 matmul is exact on {isa_name(info)}")
@@ -112,13 +112,12 @@ class PanelGemm:
             policy,
         )
 
-    def variant(self, m: int, isa: str) -> tuple[str, tuple[int, ...]]:
-        """The kernel variant for ``m`` rows (without threads): its name and conf prefix."""
-        nb, tile = self.policy.loop(m)
-        tile = tile or isa == "generic"  # the at::vec kernels only widen per k block
+    def variant(self, isa: str) -> tuple[str, tuple[int, ...]]:
+        """The kernel variant for an ISA (without threads): its name and conf prefix."""
+        tile = isa == "generic"  # the at::vec kernels widen once per k block
         p = self.policy
-        name = f"{isa}/{'tile' if tile else 'reg'}/nb{nb}/kc{p.kc}/mc{p.mc}"
-        return name, (ISA_CODES[isa], int(tile), p.kc, p.mc, nb)
+        name = f"{isa}/{'tile' if tile else 'reg'}/kc{p.kc}/mc{p.mc}"
+        return name, (ISA_CODES[isa], int(tile), p.kc, p.mc)
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -142,9 +141,9 @@ class PanelGemm:
         bias: torch.Tensor | None,
         out: torch.Tensor,
     ) -> PanelPlan:
-        """The cached plan of a call; its problem's ``variant`` names the ISA, loop order,
-        blocking and threads."""
-        name, conf = self.variant(int(x.shape[0]), payload.isa)
+        """The cached plan of a call; its problem's ``variant`` names the ISA, how the weights
+        widen, the blocking and the threads."""
+        name, conf = self.variant(payload.isa)
         threads = self._threads()
         problem = problem_of(spec, x, bias, out, variant=f"{name}/t{threads}")
         return self.cache.get_or_build(problem, lambda p: PanelPlan(p, (*conf, threads)))

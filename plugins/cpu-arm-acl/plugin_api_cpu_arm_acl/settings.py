@@ -59,47 +59,33 @@ class LmHeadPolicy:
 @dataclass(frozen=True, slots=True)
 class PanelPolicy:
     """How the panel GEMMs run (bf16 where oneDNN has no bf16 kernel, fp16, exact int8 where its
-    s8 kernel saturates): kernel ISA, blocking, and which loop order serves which M.
+    s8 kernel saturates): which ISA's kernels, and how the loops block.
 
     - ``isa``: ``auto`` (the best the CPU flags allow: ``avx2`` with AVX2+FMA+F16C, else
       ``generic``, the at::vec kernels), or one of them forced.
-    - ``kc``: k steps per block (the weight block a row group reuses from L1).
-    - ``mc``: rows per pass over the weight (bounds the packed-x buffer: ``mc * K`` fp32).
-    - ``shared_min_m``, ``nb``: from ``M >= shared_min_m`` on, ``nb`` panels (16 columns each)
-      share every pass over a k block, so the ``M x kc`` activation block is reused from L2;
-      below it each panel streams its whole K alone (the weight is read strictly in order).
-    - ``tile_min_m``: from ``M >= tile_min_m`` on, each k block of a bf16/fp16 panel is widened
-      to fp32 once and all row groups read that, instead of widening in registers per row group.
+    - ``kc``: k steps per block (the weight block that every row group reuses from L1).
+    - ``mc``: rows per pass over the weight (bounds the packed-x buffer to ``mc * K`` fp32;
+      M > mc reads the weight ceil(M / mc) times).
 
-    Defaults: measured on the AVX2 development machine (2-core AMD EPYC, shared; see the
-    plugin README for the table).
+    Every M runs the same loop order: rows in groups of up to 6 per microkernel, 16-bit weights
+    widened in registers. Measured on the AVX2 development machine (single-thread CPU time,
+    medians of interleaved repeats, M = 16..512): widening each k block once into an fp32
+    buffer instead ran 0.54-0.83x as fast, letting several panels share each k-block pass
+    0.91-1.0x (1.13x once, not reproduced), kc 128..4096 within +-4% of 256, and mc=512 0.8x
+    of mc=256 at M=512. The generic (at::vec) kernels always widen per k block.
     """
 
     isa: str = "auto"
     kc: int = 256
     mc: int = 256
-    shared_min_m: int = 64
-    nb: int = 8
-    tile_min_m: int = 1 << 30
 
     def __post_init__(self) -> None:
         if self.isa not in PANEL_ISAS:
             raise ValueError(f"PanelPolicy.isa={self.isa!r} must be one of {PANEL_ISAS}")
         _check_ints(self)
 
-    def loop(self, m: int) -> tuple[int, bool]:
-        """(panels sharing a k-block pass, widen once per k block) for a call with ``m`` rows."""
-        return (self.nb if m >= self.shared_min_m else 1), m >= self.tile_min_m
-
-    def describe(self, int8: bool = False) -> str:
-        shared = (
-            f"kc={self.kc}, mc={self.mc}; {self.nb} panels share each k block when "
-            f"M >= {self.shared_min_m}"
-        )
-        if int8:
-            return shared
-        tile = "never" if self.tile_min_m >= 1 << 30 else f"M >= {self.tile_min_m}"
-        return f"{shared}; 16-bit weights widened once per k block: {tile}"
+    def describe(self) -> str:
+        return f"isa={self.isa}, kc={self.kc}, mc={self.mc}"
 
     @classmethod
     def parse(cls, text: str) -> PanelPolicy:

@@ -1,5 +1,5 @@
 """The panel GEMMs on this machine: bf16 against fp64 oracles, int8 exact against int64 oracles,
-every ISA variant and loop order, awkward shapes and strides, and the C++ guards."""
+every ISA variant and block edge, awkward shapes and strides, and the C++ guards."""
 
 from __future__ import annotations
 
@@ -15,13 +15,7 @@ from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
 from plugin_api_cpu_arm_acl.settings import PanelPolicy
 
 BF16, F32, F16, S8 = torch.bfloat16, torch.float32, torch.float16, torch.int8
-# policies that force each loop order: in-register widening alone, panels sharing k blocks,
-# widening once per k block; small kc/mc so that tiny shapes cross block edges
-LOOPS = {
-    "reg": PanelPolicy(kc=40, mc=7, shared_min_m=1 << 30),
-    "shared": PanelPolicy(kc=40, mc=7, shared_min_m=1, nb=3),
-    "tile": PanelPolicy(kc=40, mc=7, shared_min_m=1, nb=3, tile_min_m=1),
-}
+BLOCKS = dict(kc=40, mc=7)  # small blocks, so that tiny shapes cross k-block and row-block edges
 
 
 def _isas() -> list[str]:
@@ -38,13 +32,8 @@ def panel_here(onednn_backend):
     return info
 
 
-def _impl(isa: str, loop: str, threads: int = 2) -> PanelGemm:
-    policy = LOOPS[loop]
-    return PanelGemm(policy=PanelPolicy(**{**_fields(policy), "isa": isa}), threads=threads)
-
-
-def _fields(p: PanelPolicy) -> dict:
-    return {f: getattr(p, f) for f in p.__dataclass_fields__}
+def _impl(isa: str, threads: int = 2, **blocks: int) -> PanelGemm:
+    return PanelGemm(policy=PanelPolicy(isa=isa, **blocks), threads=threads)
 
 
 def _rand(*shape: int, seed: int, dtype: torch.dtype = BF16, scale: float = 1.0):
@@ -56,12 +45,12 @@ def _rand(*shape: int, seed: int, dtype: torch.dtype = BF16, scale: float = 1.0)
 
 @pytest.mark.parametrize("wdt", [BF16, F16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("isa", _isas())
-@pytest.mark.parametrize("loop", list(LOOPS))
+@pytest.mark.parametrize("blocks", [BLOCKS, {}], ids=["small-blocks", "default-blocks"])
 @pytest.mark.parametrize("m,n,k", [(1, 37, 100), (6, 16, 1), (13, 130, 257), (20, 48, 80)])
-def test_fp32_out_is_the_accumulator(panel_here, wdt, isa, loop, m, n, k):
+def test_fp32_out_is_the_accumulator(panel_here, wdt, isa, blocks, m, n, k):
     """fp32 out against the fp64 oracle (products are exact, only the summation rounds); 16-bit
     out is that value rounded once; bias added in fp32 before the rounding."""
-    impl = _impl(isa, loop)
+    impl = _impl(isa, **blocks)
     w, x = _rand(n, k, seed=1, dtype=wdt), _rand(m, k + 3, seed=2, dtype=wdt)[:, :k]
     b = _rand(n, seed=3, dtype=wdt)
     for bias in (None, b):
@@ -88,15 +77,15 @@ def test_k4096_logits_against_fp64(panel_here, isa):
     torch.testing.assert_close(out.double(), x.double() @ w.double().t(), atol=2e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("loop", list(LOOPS))
+@pytest.mark.parametrize("blocks", [BLOCKS, {}], ids=["small-blocks", "default-blocks"])
 @pytest.mark.parametrize("m,n,k", [(1, 40, 99), (7, 16, 2), (13, 33, 301), (3, 8, 8191)])
-def test_int8_is_exact(panel_here, loop, m, n, k):
+def test_int8_is_exact(panel_here, blocks, m, n, k):
     """Unit scales and fp32 out: the output is the int64 oracle converted to fp32 (both round
     the same exact integer once). Extreme rows (all -128 against -128 and 127) are where a
     16-bit intermediate would saturate."""
     if "avx2" not in _isas():
         pytest.skip("no exact int8 panel kernel on this CPU")
-    impl = _impl("avx2", loop)
+    impl = _impl("avx2", **blocks)
     w, x = _rand(n, k, seed=6, dtype=S8), _rand(m, k + 1, seed=7, dtype=S8)[:, :k]
     w[0], x[0] = -128, -128
     w[-1] = 127
@@ -140,12 +129,10 @@ def test_thread_counts_and_large_m_give_the_same_bits(panel_here):
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
-def test_policy_bands_pick_the_variant():
-    impl = PanelGemm(policy=PanelPolicy(shared_min_m=64, nb=8, tile_min_m=512))
-    assert impl.variant(16, "avx2") == ("avx2/reg/nb1/kc256/mc256", (1, 0, 256, 256, 1))
-    assert impl.variant(64, "avx2") == ("avx2/reg/nb8/kc256/mc256", (1, 0, 256, 256, 8))
-    assert impl.variant(512, "avx2")[0] == "avx2/tile/nb8/kc256/mc256"
-    assert impl.variant(1, "generic")[0] == "generic/tile/nb1/kc256/mc256"  # at::vec: tile only
+def test_the_variant_names_isa_widening_and_blocks():
+    impl = PanelGemm(policy=PanelPolicy(kc=128, mc=64))
+    assert impl.variant("avx2") == ("avx2/reg/kc128/mc64", (1, 0, 128, 64))
+    assert impl.variant("generic") == ("generic/tile/kc128/mc64", (0, 1, 128, 64))  # at::vec
 
 
 def test_kernel_guards_reject_mismatched_tensors(panel_here):
@@ -155,7 +142,7 @@ def test_kernel_guards_reject_mismatched_tensors(panel_here):
     w = _rand(40, 64, seed=13)
     panels = ops.panel_pack(w, 1)
     assert tuple(panels.shape) == (3, 64, 16)
-    conf = [1 if "avx2" in _isas() else 0, 1, 256, 256, 1, 1]
+    conf = [1 if "avx2" in _isas() else 0, 1, 256, 256, 1]
     x, out = _rand(2, 64, seed=14), torch.full((2, 40), float("nan"))
     with pytest.raises(RuntimeError, match="panels do not match N=49"):
         ops.panel_mm(x, panels, 49, None, torch.empty(2, 49), conf)
@@ -163,8 +150,8 @@ def test_kernel_guards_reject_mismatched_tensors(panel_here):
         ops.panel_mm(x.float(), panels, 40, None, out, conf)
     with pytest.raises(RuntimeError, match="bias must be fp32 \\[40\\]"):
         ops.panel_mm(x, panels, 40, torch.zeros(39), out, conf)
-    with pytest.raises(RuntimeError, match="panel conf has 6 fields"):
-        ops.panel_mm(x, panels, 40, None, out, conf[:5])
+    with pytest.raises(RuntimeError, match="panel conf has 5 fields"):
+        ops.panel_mm(x, panels, 40, None, out, conf[:4])
     with pytest.raises(RuntimeError, match="only widen per k block"):
-        ops.panel_mm(x, panels, 40, None, out, [0, 0, 256, 256, 1, 1])
+        ops.panel_mm(x, panels, 40, None, out, [0, 0, 256, 256, 1])
     assert torch.isnan(out).all()  # nothing above wrote to out

@@ -34,12 +34,12 @@ def test_read_values():
         settings.ROOT: "/opt/onednn-acl",
         settings.THREADS: "3",
         settings.LM_HEAD: "min_n=32000, min_m=1",
-        settings.PANEL: "isa=generic, kc=512,shared_min_m=32",
+        settings.PANEL: "isa=generic, kc=512,mc=64",
     }
     s = settings.read(env)
     assert s.root == "/opt/onednn-acl" and s.threads == 3
     assert s.lm_head == LmHeadPolicy(min_n=32000, min_m=1)
-    assert s.panel == PanelPolicy(isa="generic", kc=512, shared_min_m=32)
+    assert s.panel == PanelPolicy(isa="generic", kc=512, mc=64)
     assert settings.read({settings.LM_HEAD: "min_m=2"}).lm_head == LmHeadPolicy(64000, 2)
 
 
@@ -54,7 +54,7 @@ def test_read_values():
         (settings.ROOT, " ", "set but empty"),
         (settings.PANEL, "isa=sse2", "isa='sse2' must be one of \\('auto', 'avx2', 'generic'\\)"),
         (settings.PANEL, "kc=0", "PanelPolicy.kc=0 must be an int >= 1"),
-        (settings.PANEL, "nb=8x", "nb must be an integer"),
+        (settings.PANEL, "mc=8x", "mc must be an integer"),
         (settings.PANEL, "threads=2", "got 'threads=2'"),
     ],
 )
@@ -71,15 +71,14 @@ def test_policy_bands():
 
 def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
     monkeypatch.setenv(settings.LM_HEAD, "min_n=1000,min_m=2")
-    monkeypatch.setenv(settings.PANEL, "shared_min_m=32,nb=4")
+    monkeypatch.setenv(settings.PANEL, "kc=128,mc=64")
     onednn, panel = hooks.plugin_api_implementations(OpFamily.GEMM)
     assert onednn.policy == LmHeadPolicy(1000, 2)
-    assert panel.policy == PanelPolicy(shared_min_m=32, nb=4)
+    assert panel.policy == PanelPolicy(kc=128, mc=64)
     # what `plugin-api doctor` prints for the LM-head layer
     avx512 = MACHINES["xeon-cpu"]
     reasons = onednn.supports(LM_HEAD, avx512).reasons
     assert "N >= 1000 and M >= 2 (PLUGIN_API_ONEDNN_LM_HEAD)" in reasons[-1]
     avx2 = dataclasses.replace(avx512, cpu_flags=frozenset({"avx2", "fma"}))
     reasons = panel.supports(LM_HEAD, avx2).reasons
-    assert "4 panels share each k block when M >= 32" in reasons[-1]
-    assert "(PLUGIN_API_ONEDNN_PANEL)" in reasons[-1]
+    assert "PanelPolicy: isa=auto, kc=128, mc=64 (PLUGIN_API_ONEDNN_PANEL)" in reasons[-1]

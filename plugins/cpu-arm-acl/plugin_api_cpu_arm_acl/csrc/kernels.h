@@ -58,10 +58,9 @@ constexpr int64_t kPanelMaxK8 = (int64_t{1} << 17) - 1;  // |sum of K int8 produ
 
 struct PanelConf {
   int64_t isa = kPanelGeneric;
-  int64_t widen = kWidenInRegisters;  // 16-bit weights: per row group in registers, or per k block
+  int64_t widen = kWidenInRegisters;  // 16-bit weights: in registers per row group, or per k block
   int64_t kc = 256;                    // k steps per block
   int64_t mc = 256;                    // rows per pass over the weight (bounds the x buffer)
-  int64_t nb = 1;                      // panels that share one pass over a k block
   int64_t threads = 0;                 // 0: torch's thread count
 };
 

@@ -203,9 +203,8 @@ struct S8 {
 };
 
 // Rows [0, c.m) of a call with m <= conf.mc. x is packed once; threads claim chunks of panels;
-// within a chunk, `conf.nb` panels share each pass over a k block, so that the x block
-// (m x kc) is reused from L2 by all of them (large M), while each panel's k block is reused
-// from L1 by every row group.
+// each panel runs its k blocks in order, every row group reusing the block from L1 (or, when
+// the ISA widens per k block, the block widened once into an fp32 buffer).
 template <typename T>
 void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& kern) {
   constexpr int64_t kDt = T::kDt;
@@ -213,7 +212,6 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
   using Acc = typename T::Acc;
   const int64_t steps = T::steps(c.k);
   const int64_t kc = std::max<int64_t>(1, std::min(conf.kc / (T::kStep / kCols), steps));
-  const int64_t nb = std::max<int64_t>(1, std::min(conf.nb, kPanelsPerChunk));
   const bool tile = conf.widen == kWidenTile;
   const auto groups = row_groups(c.m);
   static thread_local std::vector<XWord> xbuf;  // [steps][rows] per row group
@@ -231,39 +229,31 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
   claim(panel_count(c.n), kPanelsPerChunk, conf.threads, [&](int64_t p0, int64_t p1) {
     static thread_local std::vector<Acc> abuf;
     static thread_local std::vector<float> tbuf;
-    Acc* acc = scratch(abuf, static_cast<size_t>(nb * c.m * kCols));  // [nb][m][16]
+    Acc* acc = scratch(abuf, static_cast<size_t>(c.m * kCols));  // [m][16]
     float* wide = tile ? scratch(tbuf, static_cast<size_t>(kc * kCols)) : nullptr;
-    for (int64_t b0 = p0; b0 < p1; b0 += nb) {
-      const int64_t b1 = std::min(p1, b0 + nb);
+    for (int64_t p = p0; p < p1; ++p) {
       for (int64_t k0 = 0; k0 < steps; k0 += kc) {
         const int64_t kn = std::min(kc, steps - k0);
-        for (int64_t p = b0; p < b1; ++p) {
-          const auto* wp = panels + (p * steps + k0) * T::kStep;
-          Acc* ap = acc + (p - b0) * c.m * kCols;
-          if constexpr (kDt != kS8) {
-            if (tile) (kDt == kBF16 ? kern.widen_bf16 : kern.widen_f16)(kn, wp, wide);
-          }
-          for (const Group& gr : groups) {
-            const XWord* xg = xp + gr.row * steps + k0 * gr.rows;
-            const int mr = static_cast<int>(gr.rows);
-            Acc* ag = ap + gr.row * kCols;
-            if constexpr (kDt == kS8)
-              kern.s8(mr, kn, xg, wp, ag, k0 > 0);
-            else if (tile)
-              kern.f32(mr, kn, xg, wide, ag, k0 > 0);
-            else
-              half_tile(kern, kDt)(mr, kn, xg, wp, ag, k0 > 0);
-          }
+        const auto* wp = panels + (p * steps + k0) * T::kStep;
+        if constexpr (kDt != kS8) {
+          if (tile) (kDt == kBF16 ? kern.widen_bf16 : kern.widen_f16)(kn, wp, wide);
+        }
+        for (const Group& gr : groups) {
+          const XWord* xg = xp + gr.row * steps + k0 * gr.rows;
+          const int mr = static_cast<int>(gr.rows);
+          Acc* ag = acc + gr.row * kCols;
+          if constexpr (kDt == kS8)
+            kern.s8(mr, kn, xg, wp, ag, k0 > 0);
+          else if (tile)
+            kern.f32(mr, kn, xg, wide, ag, k0 > 0);
+          else
+            half_tile(kern, kDt)(mr, kn, xg, wp, ag, k0 > 0);
         }
       }
-      for (int64_t p = b0; p < b1; ++p) {
-        const Acc* ap = acc + (p - b0) * c.m * kCols;
-        const int64_t n0 = p * kCols, cols = std::min(kCols, c.n - n0);
-        for (int64_t r = 0; r < c.m; ++r)
-          for (int64_t j = 0; j < cols; ++j)
-            store(c.out, c.out_dt, r * c.ldc + n0 + j,
-                  T::finish(c, ap[r * kCols + j], r, n0 + j));
-      }
+      const int64_t n0 = p * kCols, cols = std::min(kCols, c.n - n0);
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t j = 0; j < cols; ++j)
+          store(c.out, c.out_dt, r * c.ldc + n0 + j, T::finish(c, acc[r * kCols + j], r, n0 + j));
     }
   });
 }
