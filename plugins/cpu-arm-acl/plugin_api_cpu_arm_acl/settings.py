@@ -34,7 +34,7 @@ class LmHeadPolicy:
     accumulator). The defaults are upstream's Neoverse-V3 measurements (vllm#55352: the f32-dst
     ACL kernel is 1.6-1.9x faster from M=9, but up to 10% slower at M <= 8 with 64-96 threads;
     the gate there was N >= 64000). They could not be re-measured here: an AVX2-only CPU has no
-    oneDNN bf16 kernel at all, so every bf16 GEMM there computes in fp32 (see ``isa``).
+    oneDNN bf16 kernel at all (see ``isa``); the panel GEMM serves bf16 there (``PanelPolicy``).
     """
 
     min_n: int = 64000
@@ -69,10 +69,10 @@ class PanelPolicy:
 
     Every M runs the same loop order: rows in groups of up to 6 per microkernel, 16-bit weights
     widened in registers. Measured on the AVX2 development machine (single-thread CPU time,
-    medians of interleaved repeats, M = 16..512): widening each k block once into an fp32
-    buffer instead ran 0.54-0.83x as fast, letting several panels share each k-block pass
-    0.91-1.0x (1.13x once, not reproduced), kc 128..4096 within +-4% of 256, and mc=512 0.8x
-    of mc=256 at M=512. The generic (at::vec) kernels always widen per k block.
+    medians of interleaved repeats; see the plugin README): widening each k block once into an
+    fp32 buffer instead ran 0.54-0.83x as fast at M = 6..256, letting several panels share each
+    k-block pass 0.91-1.0x, kc 128..4096 within 4% of 256, mc=512 0.8x of mc=256 at M=512. The
+    generic (at::vec) kernels always widen per k block.
     """
 
     isa: str = "auto"

@@ -24,6 +24,7 @@ namespace {
 using panel::kCols;
 using panel::kMaxRows;
 constexpr int64_t kPanelsPerChunk = 16;  // 16 x 16 columns: 1 MiB of bf16 weights at K=2048
+constexpr int64_t kParallelPackElems = int64_t{1} << 20;  // smaller x: packed by one thread
 
 // f(begin, end) over `threads` contiguous slices of [0, total) on torch's thread pool (at most
 // torch's thread count run at once; 0 = that count).
@@ -217,7 +218,9 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
   static thread_local std::vector<XWord> xbuf;  // [steps][rows] per row group
   XWord* xp = scratch(xbuf, static_cast<size_t>(c.m * steps));
   const size_t x_elem = kDt == kS8 ? 1 : 2;
-  split(static_cast<int64_t>(groups.size()), conf.threads, [&](int64_t g0, int64_t g1) {
+  // packing a few rows is cheaper than waking threads for it
+  const int64_t pack_threads = c.m * c.k < kParallelPackElems ? 1 : conf.threads;
+  split(static_cast<int64_t>(groups.size()), pack_threads, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t r = 0; r < groups[g].rows; ++r) {
         const int64_t row = groups[g].row + r;
