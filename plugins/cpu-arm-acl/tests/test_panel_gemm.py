@@ -3,13 +3,18 @@ every ISA variant and block edge, awkward shapes and strides, and the C++ guards
 
 from __future__ import annotations
 
+import platform
+import shutil
+import subprocess
+
 import pytest
 import torch
+from torch.utils.cpp_extension import include_paths
 
 from plugin_api.device_info import read_device_info
 from plugin_api.ops.gemm import GemmSpec
 from plugin_api.reference.gemm import ReferenceGemm
-from plugin_api_cpu_arm_acl.build import extension
+from plugin_api_cpu_arm_acl.build import CSRC, extension
 from plugin_api_cpu_arm_acl.isa import panel_isa
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
 from plugin_api_cpu_arm_acl.settings import PanelPolicy
@@ -155,3 +160,34 @@ def test_kernel_guards_reject_mismatched_tensors(panel_here):
     with pytest.raises(RuntimeError, match="only widen per k block"):
         ops.panel_mm(x, panels, 40, None, out, [0, 0, 256, 256, 1])
     assert torch.isnan(out).all()  # nothing above wrote to out
+
+
+# ---- what this machine cannot run still compiles ----------------------------------------------
+
+PANEL_SOURCES = ("panel_gemm.cpp", "panel_avx2.cpp", "panel_generic.cpp")
+
+
+@pytest.mark.parametrize(
+    "cxx,flags",
+    [
+        ("g++", ["-march=x86-64"]),  # no AVX2 in the flags: the target attributes must suffice
+        ("aarch64-linux-gnu-g++", ["-march=armv8-a"]),  # generic kernels on NEON, no AVX2 table
+    ],
+    ids=["x86-64-baseline", "aarch64"],
+)
+def test_panel_sources_compile_for_other_targets(cxx, flags, tmp_path):
+    """Code generation for a target this CPU is not (a target-attribute mismatch only shows when
+    code is generated). The aarch64 build needs g++-aarch64-linux-gnu (make test installs it)."""
+    machine = "aarch64" if cxx.startswith("aarch64") else "x86_64"
+    if machine == platform.machine():
+        cxx = "g++"
+    elif machine == "x86_64" or shutil.which(cxx) is None:
+        pytest.skip(f"no {cxx} for {machine} here")
+    includes = [f"-isystem{p}" for p in include_paths()]
+    for source in PANEL_SOURCES:
+        cmd = [cxx, "-std=c++17", "-O1", "-fopenmp", "-ffp-contract=off", *flags, *includes]
+        obj = tmp_path / f"{source}.o"
+        done = subprocess.run(
+            [*cmd, "-c", str(CSRC / source), "-o", str(obj)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{source}: {done.stderr[-3000:]}"
