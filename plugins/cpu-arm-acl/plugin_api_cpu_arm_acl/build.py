@@ -24,7 +24,14 @@ from . import settings
 from .locate import OneDnnInstall, locate
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("bindings.cpp", "matmul.cpp", "group_quant.cpp")
+SOURCES = (
+    "bindings.cpp",
+    "matmul.cpp",
+    "group_quant.cpp",
+    "panel_gemm.cpp",
+    "panel_avx2.cpp",
+    "panel_generic.cpp",
+)
 NAMESPACE = "pa_cpu_onednn"
 
 
@@ -53,9 +60,18 @@ def build_key(onednn: OneDnnInstall, torch_version: str) -> str:
     h = hashlib.sha256()
     for name in sorted(p.name for p in CSRC.iterdir() if p.suffix in (".cpp", ".h")):
         h.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
-    for part in (torch_version, onednn.version, str(onednn.library), platform.machine(), _cpu_id()):
+    parts = (torch_version, onednn.version, str(onednn.library), platform.machine(), _cpu_id())
+    for part in (*parts, *cflags()):
         h.update(b"\0" + part.encode())
     return h.hexdigest()[:16]
+
+
+def cflags() -> tuple[str, ...]:
+    """Compiler flags. No fp contraction: the int8 epilogue and the group quant are bit-exact
+    with the reference only if ``a * b + c`` stays two roundings (the GEMM loops use FMA
+    explicitly)."""
+    arch = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
+    return ("-O3", arch, "-fopenmp", "-ffp-contract=off")
 
 
 def extension() -> Extension:
@@ -83,13 +99,12 @@ def _build(onednn: OneDnnInstall) -> Extension:
             file=sys.stderr,
             flush=True,
         )
-    arch = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
     started = time.perf_counter()
     try:
         cpp_extension.load(
             name=name,
             sources=[str(CSRC / s) for s in SOURCES],
-            extra_cflags=["-O3", arch, "-fopenmp"],
+            extra_cflags=list(cflags()),
             extra_include_paths=[str(onednn.include)],
             extra_ldflags=[
                 f"-L{onednn.lib_dir}",

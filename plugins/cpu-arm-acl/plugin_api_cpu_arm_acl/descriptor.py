@@ -11,5 +11,10 @@ DESCRIPTOR = BackendDescriptor(
     hooks="plugin_api_cpu_arm_acl.hooks",
     summary="Arm CPUs (Graviton, Neoverse) through oneDNN with ACL; x86 oneDNN experimental",
     libraries=("onednn-cpu-gomp",),
-    settings=("PLUGIN_API_ONEDNN_ROOT", "PLUGIN_API_ONEDNN_THREADS", "PLUGIN_API_ONEDNN_LM_HEAD"),
+    settings=(
+        "PLUGIN_API_ONEDNN_ROOT",
+        "PLUGIN_API_ONEDNN_THREADS",
+        "PLUGIN_API_ONEDNN_LM_HEAD",
+        "PLUGIN_API_ONEDNN_PANEL",
+    ),
 )

@@ -6,13 +6,13 @@
 
 Kernels, by weight dtype:
 - bf16 on a CPU with a oneDNN bf16 kernel: bf16 x bf16 -> f32 dst (fp32 out, and bf16 out when
-  ``LmHeadPolicy`` picks it, then one downcast copy) or -> bf16 dst.
-- bf16 on a CPU without one (AVX2 only): f32 x f32 -> f32 on weights upcast once at prepare
-  (exact: bf16 products are exact in fp32), x upcast per call; bf16 out = one downcast copy.
+  ``LmHeadPolicy`` picks it, then one downcast copy) or -> bf16 dst. Without one (AVX2-only
+  x86, Arm without BF16) bf16 is rejected here and served by ``panel_gemm``.
 - fp32: f32 x f32 -> f32.
-- int8: s8 x s8 -> f32 with the per-channel weight scale in the primitive; the per-token scale
-  and the bias are one torch epilogue (``addcmul``), because oneDNN's per-row binary post-op
-  drops x86 matmuls to its reference kernel.
+- int8 where oneDNN's s8 matmul is exact (Arm, x86 with VNNI/AMX): s8 x s8 -> f32 with the
+  per-channel weight scale in the primitive; the per-token scale and the bias are one torch
+  epilogue (``addcmul``), because oneDNN's per-row binary post-op drops x86 matmuls to its
+  reference kernel. Elsewhere ``panel_gemm`` serves int8 exactly.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.device_info import DeviceInfo
 from plugin_api.ops import checks
 from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
@@ -59,12 +59,6 @@ class Call:
     kernel_out: torch.Tensor
 
 
-def compute_dtype(spec: GemmSpec, info: DeviceInfo) -> torch.dtype:
-    if spec.weight_dtype == BF16 and not bf16_matmul(info):
-        return F32
-    return spec.weight_dtype
-
-
 class OneDnnGemm:
     name = "onednn"
     path = ImplPath.NATIVE
@@ -80,14 +74,17 @@ class OneDnnGemm:
             checks.positive_int("OneDnnGemm", "threads", threads)
         self.threads = threads
         self.cache: PrimitiveCache[GemmProblem, Any] = PrimitiveCache(cache_capacity)
-        self._machine: DeviceInfo | None = None
         self._scratch = threading.local()
 
     # ---- decisions (pure) ----------------------------------------------------------------------
 
     def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
-        if spec.weight_dtype == torch.float16 or spec.out_dtype == torch.float16:
-            return Decision.reject("fp16 GEMM is not offered (cpu-arm-acl: bf16, fp32 and int8)")
+        if spec.weight_dtype == torch.float16:
+            return Decision.reject(
+                "fp16 weights: not offered on the oneDNN path (panel serves them)"
+            )
+        if spec.out_dtype == torch.float16:
+            return Decision.reject("int8 with fp16 out: not offered on the oneDNN path")
         if spec.scaled and not int8_matmul_exact(info):
             return Decision.reject(
                 f"int8 scaled_mm: {isa_name(info)} without VNNI/AMX, where oneDNN's s8 matmul "
@@ -100,23 +97,21 @@ class OneDnnGemm:
             )
         if spec.weight_dtype == F32:
             return Decision.accept("oneDNN f32 matmul")
-        policy = f"LmHeadPolicy: {self.policy.describe()} (PLUGIN_API_ONEDNN_LM_HEAD)"
-        if compute_dtype(spec, info) == F32:
-            return Decision.accept(
-                f"oneDNN f32 matmul: {isa_name(info)} has no oneDNN bf16 kernel, so the weight "
-                "is upcast once at prepare (2x memory) and x per call; the fp32 accumulator is "
-                "exact; bf16 out = one downcast copy",
-                f"{policy}; moot here, only the f32-dst kernel exists",
+        if not bf16_matmul(info):
+            return Decision.reject(
+                f"bf16: {isa_name(info)} has no oneDNN bf16 matmul (every implementation reports "
+                "'unsupported isa')"
             )
+        policy = f"LmHeadPolicy: {self.policy.describe()} (PLUGIN_API_ONEDNN_LM_HEAD)"
         if spec.out_dtype == F32:
             return Decision.accept(
                 "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", policy
             )
         return Decision.accept("oneDNN bf16 x bf16 matmul", policy)
 
-    def kernel_dst(self, spec: GemmSpec, m: int, compute: torch.dtype) -> torch.dtype:
+    def kernel_dst(self, spec: GemmSpec, m: int) -> torch.dtype:
         """The primitive's dst type for ``m`` rows; bf16 out with an f32 dst is one downcast."""
-        if spec.out_dtype == F32 or compute != BF16:
+        if spec.out_dtype == F32 or spec.weight_dtype != BF16:
             return F32
         return F32 if self.policy.f32_dst(m, spec.n) else BF16
 
@@ -126,12 +121,11 @@ class OneDnnGemm:
         self, spec: GemmSpec, weight: torch.Tensor, weight_scale: torch.Tensor | None
     ) -> OneDnnWeight:
         """Pack ``weight`` ``[N, K]`` (bf16/fp32/int8); int8 keeps ``weight_scale`` ``[N]`` fp32."""
-        compute = compute_dtype(spec, self._host())
-        w = weight.to(compute).contiguous()
+        compute = spec.weight_dtype
         conf = [PACK_M, spec.n, spec.k, spec.k, spec.n, *[CODES[compute]] * 2, CODES[F32], 0]
         conf += [int(spec.scaled), self._threads()]
         scale = None if weight_scale is None else weight_scale.contiguous()
-        packed = extension().ops.pack(w, scale, conf)
+        packed = extension().ops.pack(weight.contiguous(), scale, conf)
         return OneDnnWeight(packed, compute, int(packed.nbytes()), str(packed.layout()))
 
     def plan(
@@ -148,13 +142,13 @@ class OneDnnGemm:
         same-shape bf16-out and fp32-out calls never share a primitive.
         """
         m = int(x.shape[0])
-        src = x if x.dtype == payload.compute else x.to(payload.compute)
+        src = x
         if spec.scaled:
             kbias = None  # added by the epilogue, after the per-token scale
             dst, handling = F32, f"epilogue-{checks.short_dtype(out.dtype)}"
         else:
             kbias = None if bias is None else bias.to(F32)  # fp32: one rounding, at the end
-            dst = self.kernel_dst(spec, m, payload.compute)
+            dst = self.kernel_dst(spec, m)
             handling = "direct" if dst == out.dtype else f"downcast-{checks.short_dtype(out.dtype)}"
         kernel_out = out if out.dtype == dst else torch.empty((m, spec.n), dtype=dst)
         variant = f"{checks.short_dtype(payload.compute)}/{handling}/t{self._threads()}"
@@ -219,8 +213,3 @@ class OneDnnGemm:
 
     def _threads(self) -> int:
         return self.threads or torch.get_num_threads()
-
-    def _host(self) -> DeviceInfo:
-        if self._machine is None:
-            self._machine = read_device_info()
-        return self._machine

@@ -31,8 +31,12 @@ def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
     s = settings.read()
     if family is OpFamily.GEMM:
         from .gemm import OneDnnGemm
+        from .panel_gemm import PanelGemm
 
-        return (OneDnnGemm(policy=s.lm_head, threads=s.threads),)
+        return (
+            OneDnnGemm(policy=s.lm_head, threads=s.threads),
+            PanelGemm(policy=s.panel, threads=s.threads),
+        )
     if family is OpFamily.QUANT:
         from .quant import NativeGroupQuant
 

@@ -46,3 +46,18 @@ def int8_matmul_exact(info: DeviceInfo) -> bool:
     if info.machine in ARM:
         return True
     return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & info.cpu_flags)
+
+
+def panel_isa(info: DeviceInfo) -> str:
+    """The best panel-GEMM kernel family for this CPU: ``avx2`` (AVX2, FMA and F16C intrinsics)
+    on x86-64 with those flags, else ``generic`` (torch's at::vec: NEON on Arm)."""
+    if info.machine in X86 and {"avx2", "fma", "f16c"} <= info.cpu_flags:
+        return "avx2"
+    return "generic"
+
+
+def int8_panel_exact(info: DeviceInfo) -> bool:
+    """Whether the panel GEMM has an exact int8 kernel here: AVX2's vpmaddwd on int8 widened to
+    int16 sums pairs into int32, so nothing saturates. Other ISAs have none (Arm: oneDNN's int8
+    matmul is exact, see ``int8_matmul_exact``)."""
+    return panel_isa(info) == "avx2"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 
-from .isa import ARM, X86, bf16_matmul, isa_name
+from .isa import ARM, X86, bf16_matmul, int8_matmul_exact, isa_name
 from .locate import FACT_ACL, FACT_MISSING, FACT_ROOT, FACT_VERSION
 from .settings import ROOT
 
@@ -39,11 +39,18 @@ def probe(info: DeviceInfo) -> Availability:
     bf16 = (
         "bf16 matmuls run oneDNN bf16 kernels"
         if bf16_matmul(info)
-        else "no oneDNN bf16 kernel on this ISA: bf16 GEMMs compute in fp32 from weights "
-        "upcast at prepare"
+        else "no oneDNN bf16 kernel on this ISA: bf16 GEMMs run the plugin's panel kernels "
+        "(bf16 weights widened in registers, fp32 accumulation)"
+    )
+    int8 = (
+        "int8 matmuls run oneDNN s8 kernels (exact with VNNI/AMX)"
+        if int8_matmul_exact(info)
+        else "int8 GEMMs run the plugin's exact panel kernel (oneDNN's s8 matmul saturates "
+        "without VNNI)"
     )
     return Availability.experimental(
         "cpu",
         f"{info.cpu_model} ({isa}): {onednn}, x86 kernels; validated target is aarch64 with ACL",
         bf16,
+        int8,
     )

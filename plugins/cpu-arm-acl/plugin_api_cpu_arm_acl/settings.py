@@ -4,6 +4,7 @@
   built with ACL on aarch64. Unset: the ``onednn-cpu-gomp`` wheels (x86_64).
 - ``PLUGIN_API_ONEDNN_THREADS``: OpenMP threads for the plugin's kernels (default: torch's count).
 - ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9``.
+- ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from plugin_api.errors import SettingError
 
 ROOT = "PLUGIN_API_ONEDNN_ROOT"
 THREADS = "PLUGIN_API_ONEDNN_THREADS"
 LM_HEAD = "PLUGIN_API_ONEDNN_LM_HEAD"
-NAMES = (ROOT, THREADS, LM_HEAD)
+PANEL = "PLUGIN_API_ONEDNN_PANEL"
+NAMES = (ROOT, THREADS, LM_HEAD, PANEL)
+P = TypeVar("P")
+PANEL_ISAS = ("auto", "avx2", "generic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,17 +34,14 @@ class LmHeadPolicy:
     accumulator). The defaults are upstream's Neoverse-V3 measurements (vllm#55352: the f32-dst
     ACL kernel is 1.6-1.9x faster from M=9, but up to 10% slower at M <= 8 with 64-96 threads;
     the gate there was N >= 64000). They could not be re-measured here: an AVX2-only CPU has no
-    oneDNN bf16 kernel at all, so every bf16 GEMM there computes in fp32 (see ``isa``).
+    oneDNN bf16 kernel at all (see ``isa``); the panel GEMM serves bf16 there (``PanelPolicy``).
     """
 
     min_n: int = 64000
     min_m: int = 9
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"LmHeadPolicy.{f.name}={v!r} must be an int >= 1")
+        _check_ints(self)
 
     def f32_dst(self, m: int, n: int) -> bool:
         return n >= self.min_n and m >= self.min_m
@@ -51,24 +53,76 @@ class LmHeadPolicy:
     @classmethod
     def parse(cls, text: str) -> LmHeadPolicy:
         """``"min_n=64000,min_m=9"``; omitted keys keep their defaults."""
-        known = {f.name for f in fields(cls)}
-        values: dict[str, int] = {}
-        for part in text.split(","):
-            key, sep, raw = part.partition("=")
-            key = key.strip()
-            if not sep or key not in known:
-                raise SettingError(
-                    f"{LM_HEAD}={text!r}: expected comma-separated key=value with keys "
-                    f"{sorted(known)}, got {part.strip()!r}"
-                )
-            try:
-                values[key] = int(raw)
-            except ValueError:
-                raise SettingError(f"{LM_HEAD}={text!r}: {key} must be an integer") from None
+        return _parse(cls, LM_HEAD, text)
+
+
+@dataclass(frozen=True, slots=True)
+class PanelPolicy:
+    """How the panel GEMMs run (bf16 where oneDNN has no bf16 kernel, fp16, exact int8 where its
+    s8 kernel saturates): which ISA's kernels, and how the loops block.
+
+    - ``isa``: ``auto`` (the best the CPU flags allow: ``avx2`` with AVX2+FMA+F16C, else
+      ``generic``, the at::vec kernels), or one of them forced.
+    - ``kc``: k steps per block (the weight block that every row group reuses from L1).
+    - ``mc``: rows per pass over the weight (bounds the packed-x buffer to ``mc * K`` fp32;
+      M > mc reads the weight ceil(M / mc) times).
+
+    Every M runs the same loop order: rows in groups of up to 6 per microkernel, 16-bit weights
+    widened in registers. Measured on the AVX2 development machine (single-thread CPU time,
+    medians of interleaved repeats; see the plugin README): widening each k block once into an
+    fp32 buffer instead ran 0.54-0.83x as fast at M = 6..256, letting several panels share each
+    k-block pass 0.91-1.0x, kc 128..4096 within 4% of 256, mc=512 0.8x of mc=256 at M=512. The
+    generic (at::vec) kernels always widen per k block.
+    """
+
+    isa: str = "auto"
+    kc: int = 256
+    mc: int = 256
+
+    def __post_init__(self) -> None:
+        if self.isa not in PANEL_ISAS:
+            raise ValueError(f"PanelPolicy.isa={self.isa!r} must be one of {PANEL_ISAS}")
+        _check_ints(self)
+
+    def describe(self) -> str:
+        return f"isa={self.isa}, kc={self.kc}, mc={self.mc}"
+
+    @classmethod
+    def parse(cls, text: str) -> PanelPolicy:
+        """``"isa=generic,kc=512"``; omitted keys keep their defaults."""
+        return _parse(cls, PANEL, text)
+
+
+def _check_ints(policy: object) -> None:
+    for f in fields(policy):  # type: ignore[arg-type]
+        v = getattr(policy, f.name)
+        if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{type(policy).__name__}.{f.name}={v!r} must be an int >= 1")
+
+
+def _parse(cls: type[P], env: str, text: str) -> P:
+    """``key=value`` pairs separated by commas into ``cls``; int fields parsed as integers."""
+    types = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, int | str] = {}
+    for part in text.split(","):
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in types:
+            raise SettingError(
+                f"{env}={text!r}: expected comma-separated key=value with keys "
+                f"{sorted(types)}, got {part.strip()!r}"
+            )
+        if types[key] != "int":
+            values[key] = raw.strip()
+            continue
         try:
-            return cls(**values)
-        except ValueError as e:
-            raise SettingError(f"{LM_HEAD}={text!r}: {e}") from None
+            values[key] = int(raw)
+        except ValueError:
+            raise SettingError(f"{env}={text!r}: {key} must be an integer") from None
+    try:
+        return cls(**values)
+    except ValueError as e:
+        raise SettingError(f"{env}={text!r}: {e}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +130,7 @@ class PluginSettings:
     root: str | None = None
     threads: int | None = None  # None: torch.get_num_threads() at call time
     lm_head: LmHeadPolicy = LmHeadPolicy()
+    panel: PanelPolicy = PanelPolicy()
 
 
 def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
@@ -90,4 +145,5 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
             raise SettingError(f"{THREADS}={raw!r} must be a positive integer")
         threads = int(raw)
     policy = LmHeadPolicy.parse(env[LM_HEAD]) if LM_HEAD in env else LmHeadPolicy()
-    return PluginSettings(env.get(ROOT), threads, policy)
+    panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else PanelPolicy()
+    return PluginSettings(env.get(ROOT), threads, policy, panel)

@@ -1,4 +1,5 @@
-"""oneDNN GEMM: primitive-cache keys, LM-head numerics, variant policy, visible fallbacks."""
+"""GEMM (oneDNN and panel): primitive-cache keys, LM-head numerics, variant policy, choices by
+ISA, visible fallbacks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from plugin_api.backend import backend_for
 from plugin_api.contract import OpFamily
+from plugin_api.device_info import read_device_info
 from plugin_api.errors import FallbackRefused
 from plugin_api.machines import MACHINES
 from plugin_api.ops import gemm
@@ -18,94 +20,127 @@ from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
 from plugin_api_cpu_arm_acl.gemm import OneDnnGemm
-from plugin_api_cpu_arm_acl.settings import LmHeadPolicy
+from plugin_api_cpu_arm_acl.isa import bf16_matmul
+from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
+from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
 
-BF16, F32 = torch.bfloat16, torch.float32
+BF16, F32, S8 = torch.bfloat16, torch.float32, torch.int8
+AVX2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "fma", "f16c"}))
+# the named example lists the flags that pick oneDNN kernels; a Sapphire Rapids also has these
+AMX = dataclasses.replace(
+    MACHINES["xeon-cpu"], cpu_flags=MACHINES["xeon-cpu"].cpu_flags | {"fma", "f16c"}
+)
+NEOVERSE_N1 = dataclasses.replace(MACHINES["graviton4"], cpu_flags=frozenset({"fp", "asimd"}))
 
 
 def _rand(*shape: int, seed: int, scale: float = 1.0, dtype: torch.dtype = BF16) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
+    if dtype == S8:
+        return torch.randint(-128, 128, shape, generator=g, dtype=S8)
     return (torch.randn(*shape, generator=g) * scale).to(dtype)
 
 
-def test_every_problem_field_keys_its_own_primitive(onednn_backend):
-    """Real calls that differ in one descriptor field each get their own cached primitive."""
-    impl = OneDnnGemm(policy=LmHeadPolicy(), threads=2)
-    w = {(n, k, dt): _rand(n, k, seed=n + k, dtype=dt) for n in (64, 80) for k in (96, 128)
-         for dt in (BF16, F32)}  # fmt: skip
-    packed = {}
-    calls: list[tuple[GemmProblem, object, torch.Tensor]] = []
-    prim_of: dict[GemmProblem, object] = {}
+# Per implementation: the base call's weight dtype, and a call per GemmProblem field that
+# changes that field (kwargs of `call` below). A field whose change needs a kernel this CPU
+# lacks is left out; together the two implementations cover every field here.
+def _variations(impl_name: str, native_bf16: bool) -> tuple[torch.dtype, dict[str, dict]]:
+    common = {
+        "m": dict(m=4),
+        "n": dict(n=80),
+        "k": dict(k=128),
+        "a_row_stride": dict(x_pad=32),
+        "c_row_stride": dict(o_pad=16),
+        "usage": dict(usage="lm_head"),
+        "variant": dict(threads=1),
+    }
+    if impl_name == "panel":
+        return BF16, common | {
+            "a_dtype": dict(wdt=S8),
+            "b_dtype": dict(wdt=S8),
+            "scaled": dict(wdt=S8),
+            "c_dtype": dict(odt=BF16),
+            "bias_dtype": dict(bias=BF16),
+        }
+    extra = {"bias_dtype": dict(bias=F32)}
+    if native_bf16:
+        extra |= {"b_dtype": dict(wdt=BF16), "c_dtype": dict(wdt=BF16, odt=BF16)}
+    return F32, common | extra
 
-    def call(n=64, k=96, wdt=BF16, odt=F32, usage="linear", m=3, bias=None, x_pad=0, o_pad=0,
-             threads=2):  # fmt: skip
+
+@pytest.mark.parametrize("impl_name", ["onednn", "panel"])
+def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
+    """Real calls that differ in one descriptor field each get their own cached primitive."""
+    host = read_device_info()
+    impl = OneDnnGemm(threads=2) if impl_name == "onednn" else PanelGemm(threads=2)
+    base_wdt, variations = _variations(impl_name, bf16_matmul(host))
+    prim_of: dict[GemmProblem, object] = {}
+    packed: dict[tuple, object] = {}
+
+    def call(n=64, k=96, wdt=base_wdt, odt=F32, usage="linear", m=3, bias=None, x_pad=0,
+             o_pad=0, threads=2):  # fmt: skip
+        spec = GemmSpec(n, k, wdt, odt, usage)
+        assert impl.supports(spec, host), impl.supports(spec, host).because()
+        w = _rand(n, k, seed=n + k, dtype=wdt)
+        scale = _rand(n, seed=n, dtype=F32).abs() * 0.01 if wdt == S8 else None
         key = (n, k, wdt, odt, usage)
         if key not in packed:
-            packed[key] = gemm.prepare(w[(n, k, wdt)], out_dtype=odt, usage=usage,
-                                       backend=onednn_backend)  # fmt: skip
-        p = packed[key]
+            packed[key] = impl.prepare(spec, w, scale)
         x = _rand(m, k + x_pad, seed=m, dtype=wdt)[:, :k]
         out = torch.full((m, n + o_pad), float("nan"), dtype=odt)[:, :n]
         b = None if bias is None else _rand(n, seed=5, dtype=bias)
         impl.threads = threads
-        plan = impl.plan(p.spec, p.payload, x, b, out)
         before = len(impl.cache)
-        impl.mm(p.spec, x, p.payload, b, out)
-        expect = x.double() @ w[(n, k, wdt)].double().t() + (0 if b is None else b.double())
+        if wdt == S8:
+            sx = _rand(m, seed=m, dtype=F32).abs() * 0.02
+            plan = impl.plan(spec, packed[key], x, b, out)
+            impl.scaled_mm(spec, x, sx, packed[key], b, out)
+            acc = x.long() @ w.long().t()
+            expect = acc.double() * sx.double()[:, None] * scale.double()[None, :]
+        else:
+            plan = impl.plan(spec, packed[key], x, b, out)
+            impl.mm(spec, x, packed[key], b, out)
+            expect = x.double() @ w.double().t()
+        expect = expect + (0 if b is None else b.double())
         tol = dict(atol=1e-3, rtol=1e-4) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
         torch.testing.assert_close(out.double(), expect, **tol)
         prim = impl.cache.get_or_build(plan.problem, lambda _: pytest.fail("not cached"))
-        calls.append((plan.problem, prim, out))
         prim_of[plan.problem] = prim
         return plan.problem, len(impl.cache) - before
 
     base, added = call()
     assert added == 1
-    f32_base, _ = call(wdt=F32)  # fp32 x is used in place (bf16 x may be upcast: contiguous)
-    variations = {
-        "m": (base, dict(m=4)),
-        "n": (base, dict(n=80)),
-        "k": (base, dict(k=128)),
-        "b_dtype": (base, dict(wdt=F32)),
-        "bias_dtype": (base, dict(bias=BF16)),
-        "a_row_stride": (f32_base, dict(wdt=F32, x_pad=32)),
-        "c_row_stride": (base, dict(o_pad=16)),
-        "usage": (base, dict(usage="lm_head")),
-        "variant": (base, dict(threads=1)),
-    }
-    for name, (ref, change) in variations.items():
-        problem, added = call(**change)
+    for name, change in variations.items():
+        problem, _ = call(**change)
         diff = {f.name for f in dataclasses.fields(GemmProblem)
-                if getattr(problem, f.name) != getattr(ref, f.name)}  # fmt: skip
+                if getattr(problem, f.name) != getattr(base, f.name)}  # fmt: skip
         assert name in diff, (name, diff)
-        assert prim_of[problem] is not prim_of[ref], f"changing {name} reused a primitive"
-    # same shape, bf16 out vs fp32 out: never the same primitive (upstream's missing c_type)
-    bf16_out, _ = call(odt=BF16)
-    assert bf16_out != base and prim_of[bf16_out] is not prim_of[base]
-    call(odt=BF16, bias=F32)
-    # every distinct problem has its own primitive object, and equal problems share one
-    by_problem: dict[GemmProblem, set[int]] = {}
-    for problem, prim, _ in calls:
-        by_problem.setdefault(problem, set()).add(id(prim))
-    assert all(len(ids) == 1 for ids in by_problem.values())
-    prims = [next(iter(ids)) for ids in by_problem.values()]
-    assert len(prims) == len(set(prims)) == len(impl.cache)
+        assert prim_of[problem] is not prim_of[base], f"changing {name} reused a primitive"
+    # every distinct problem has its own primitive object, and calling again reuses it
+    prims = list(prim_of.values())
+    assert len({id(p) for p in prims}) == len(prims) == len(impl.cache)
+    again, added = call()
+    assert again == base and added == 0
+
+
+def test_panel_covers_every_problem_field():
+    _, variations = _variations("panel", native_bf16=False)
+    assert set(variations) == {f.name for f in dataclasses.fields(GemmProblem)}
 
 
 def test_bf16_out_is_one_downcast_of_the_fp32_accumulator(onednn_backend):
     w = _rand(300, 512, seed=1, scale=0.05)
     x = _rand(5, 512, seed=2)
-    f32 = gemm.mm(x, gemm.prepare(w, out_dtype=F32, usage="lm_head", backend=onednn_backend))
-    b16 = gemm.mm(x, gemm.prepare(w, out_dtype=BF16, usage="lm_head", backend=onednn_backend))
-    policy = onednn_backend.candidates(OpFamily.GEMM)[0].impl.policy
-    if policy.f32_dst(5, 300) or not _native_bf16(onednn_backend):
-        assert torch.equal(b16, f32.to(BF16))
-
-
-def _native_bf16(backend) -> bool:
-    from plugin_api_cpu_arm_acl.isa import bf16_matmul
-
-    return bf16_matmul(backend.info)
+    b = _rand(300, seed=3)
+    for bias in (None, b):
+        f32 = gemm.mm(
+            x, gemm.prepare(w, out_dtype=F32, usage="lm_head", backend=onednn_backend), bias
+        )
+        b16 = gemm.mm(
+            x, gemm.prepare(w, out_dtype=BF16, usage="lm_head", backend=onednn_backend), bias
+        )
+        impl = gemm.prepare(w, out_dtype=BF16, backend=onednn_backend).impl
+        if isinstance(impl, PanelGemm) or impl.policy.f32_dst(5, 300):
+            assert torch.equal(b16, f32.to(BF16))
 
 
 def test_lm_head_fp32_logits_match_the_exact_accumulator(onednn_backend):
@@ -129,8 +164,8 @@ def test_greedy_argmax_agrees_with_the_fp32_reference(onednn_backend):
     ref = ReferenceGemm()
     ref_payload = ref.prepare(spec, w, None)
     agree = 0
-    for chunk in range(0, rows, 512):
-        x = _rand(512, k, seed=100 + chunk)
+    for chunk in range(0, rows, 1024):
+        x = _rand(1024, k, seed=100 + chunk)
         ours = gemm.mm(x, packed)
         theirs = torch.empty_like(ours)
         ref.mm(spec, x, ref_payload, None, theirs)
@@ -139,35 +174,90 @@ def test_greedy_argmax_agrees_with_the_fp32_reference(onednn_backend):
 
 
 @pytest.mark.parametrize("m,n,expect", [(1, 128256, BF16), (9, 128256, F32), (64, 4096, BF16)])
-def test_policy_picks_the_kernel_dst(m, n, expect):
+def test_lm_head_policy_picks_the_kernel_dst(m, n, expect):
     impl = OneDnnGemm(policy=LmHeadPolicy(min_n=64000, min_m=9))
     spec = GemmSpec(n, 4096, BF16, BF16, "lm_head")
-    assert impl.kernel_dst(spec, m, compute=BF16) == expect
-    assert impl.kernel_dst(dataclasses.replace(spec, out_dtype=F32), m, compute=BF16) == F32
-    assert impl.kernel_dst(spec, m, compute=F32) == F32  # no bf16 kernel: always f32 + downcast
+    assert impl.kernel_dst(spec, m) == expect
+    assert impl.kernel_dst(dataclasses.replace(spec, out_dtype=F32), m) == F32
+    assert impl.kernel_dst(dataclasses.replace(spec, weight_dtype=F32, out_dtype=F32), m) == F32
 
 
-def test_policy_argument_overrides():
+def test_lm_head_policy_argument_overrides():
+    impl = OneDnnGemm(policy=LmHeadPolicy(min_n=1, min_m=1))
+    assert impl.kernel_dst(GemmSpec(8, 8, BF16, BF16), 1) == F32
+
+
+LM_HEAD = GemmSpec(128256, 4096, BF16, F32, "lm_head")
+W8A8 = GemmSpec(4096, 14336, S8, BF16)
+FP16 = GemmSpec(4096, 4096, torch.float16, torch.float16)
+
+
+@pytest.mark.parametrize(
+    "info,spec,chosen,why",
+    [
+        (AVX2, LM_HEAD, "panel", "no oneDNN bf16 kernel"),
+        (AVX2, W8A8, "panel", "vpmaddwd into int32"),
+        (AMX, LM_HEAD, "onednn", "fp32 out is the kernel's dst"),
+        (AMX, W8A8, "onednn", "per-channel weight scales"),
+        (MACHINES["graviton4"], LM_HEAD, "onednn", "fp32 out is the kernel's dst"),
+        (MACHINES["graviton4"], W8A8, "onednn", "per-channel weight scales"),
+        (NEOVERSE_N1, LM_HEAD, "panel", "generic kernels"),
+        (NEOVERSE_N1, W8A8, "onednn", "per-channel weight scales"),
+        (AVX2, GemmSpec(64, 64, F32, F32), "onednn", "oneDNN f32 matmul"),
+        (AVX2, FP16, "panel", "fp16 on AVX2 (not offered by oneDNN here): avx2 kernels"),
+        (AMX, FP16, "panel", "fp16 on AMX (not offered by oneDNN here): avx2 kernels"),
+        (NEOVERSE_N1, FP16, "panel", "generic kernels"),
+    ],
+    ids=[
+        "avx2-bf16",
+        "avx2-int8",
+        "amx-bf16",
+        "amx-int8",
+        "graviton4-bf16",
+        "graviton4-int8",
+        "neoverse-n1-bf16",
+        "neoverse-n1-int8",
+        "avx2-fp32",
+        "avx2-fp16",
+        "amx-fp16",
+        "neoverse-n1-fp16",
+    ],
+)
+def test_exactly_one_implementation_serves_each_machine_and_spec(info, spec, chosen, why):
+    """The two implementations split the work by ISA, each naming its reasons (pure: no
+    hardware needed)."""
+    impls = {"onednn": OneDnnGemm(), "panel": PanelGemm()}
+    decisions = {name: impl.supports(spec, info) for name, impl in impls.items()}
+    assert [n for n, d in decisions.items() if d] == [chosen], {
+        n: d.because() for n, d in decisions.items()
+    }
+    assert why in decisions[chosen].because()
+    other = next(d for n, d in decisions.items() if n != chosen)
+    assert other.reasons  # the rejection says why
+
+
+def test_rejections_name_their_reason():
+    onednn, panel = OneDnnGemm(), PanelGemm()
+    assert "saturates" in onednn.supports(W8A8, AVX2).because()
+    assert "no oneDNN bf16 matmul" in onednn.supports(LM_HEAD, AVX2).because()
+    assert "oneDNN has a bf16 matmul" in panel.supports(LM_HEAD, AMX).because()
+    assert "exact on" in panel.supports(W8A8, AMX).because()
     assert (
-        OneDnnGemm(policy=LmHeadPolicy(min_n=1, min_m=1)).kernel_dst(
-            GemmSpec(8, 8, BF16, BF16), 1, compute=BF16
-        )
-        == F32
+        "int8: oneDNN's s8 matmul is exact on NEON" in panel.supports(W8A8, NEOVERSE_N1).because()
     )
-
-
-def test_supports_is_pure_and_names_reasons():
-    impl = OneDnnGemm()
-    avx2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "fma"}))
-    amx = MACHINES["xeon-cpu"]
-    lm_head = GemmSpec(128256, 4096, BF16, F32, "lm_head")
-    w8a8 = GemmSpec(4096, 14336, torch.int8, BF16)
-    assert "upcast once at prepare" in impl.supports(lm_head, avx2).because()
-    assert "fp32 out is the kernel's dst" in impl.supports(lm_head, amx).because()
-    assert not impl.supports(w8a8, avx2) and "saturates" in impl.supports(w8a8, avx2).because()
-    assert impl.supports(w8a8, amx) and impl.supports(w8a8, MACHINES["graviton4"])
-    fp16 = GemmSpec(64, 64, torch.float16, torch.float16)
-    assert "fp16 GEMM is not offered" in impl.supports(fp16, amx).because()
+    generic = PanelGemm(policy=PanelPolicy(isa="generic"))
+    assert "no exact int8 panel kernel in the generic" in generic.supports(W8A8, AVX2).because()
+    assert generic.supports(LM_HEAD, AVX2)
+    forced = PanelGemm(policy=PanelPolicy(isa="avx2")).supports(LM_HEAD, NEOVERSE_N1)
+    assert "isa=avx2, but NEON lacks AVX2/FMA" in forced.because()
+    big_k = GemmSpec(64, 1 << 17, S8, BF16)
+    assert "overflow the int32 accumulator" in panel.supports(big_k, AVX2).because()
+    fp16_w8a8 = GemmSpec(64, 64, S8, torch.float16)
+    assert "int8 with fp16 out: not offered" in onednn.supports(fp16_w8a8, AMX).because()
+    assert (
+        "fp32 weights: oneDNN's f32 matmul"
+        in panel.supports(GemmSpec(8, 8, F32, F32), AVX2).because()
+    )
 
 
 def test_unsupported_ops_fall_back_visibly(onednn_backend):
@@ -186,3 +276,5 @@ def test_unsupported_ops_fall_back_visibly(onednn_backend):
 def test_bad_thread_count_is_an_error():
     with pytest.raises(ValueError, match="threads=0 must be >= 1"):
         OneDnnGemm(threads=0)
+    with pytest.raises(ValueError, match="threads=0 must be >= 1"):
+        PanelGemm(threads=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from plugin_api.ops.gemm import GemmSpec
 from plugin_api.settings import check_names
 from plugin_api_cpu_arm_acl import hooks, settings
 from plugin_api_cpu_arm_acl.descriptor import DESCRIPTOR
-from plugin_api_cpu_arm_acl.settings import LmHeadPolicy
+from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
 
 LM_HEAD = GemmSpec(128256, 4096, torch.bfloat16, torch.float32, "lm_head")
 
@@ -24,7 +26,7 @@ def test_descriptor_declares_every_setting():
 
 def test_defaults():
     s = settings.read({})
-    assert s == settings.PluginSettings(None, None, LmHeadPolicy(64000, 9))
+    assert s == settings.PluginSettings(None, None, LmHeadPolicy(64000, 9), PanelPolicy())
 
 
 def test_read_values():
@@ -32,10 +34,12 @@ def test_read_values():
         settings.ROOT: "/opt/onednn-acl",
         settings.THREADS: "3",
         settings.LM_HEAD: "min_n=32000, min_m=1",
+        settings.PANEL: "isa=generic, kc=512,mc=64",
     }
     s = settings.read(env)
     assert s.root == "/opt/onednn-acl" and s.threads == 3
     assert s.lm_head == LmHeadPolicy(min_n=32000, min_m=1)
+    assert s.panel == PanelPolicy(isa="generic", kc=512, mc=64)
     assert settings.read({settings.LM_HEAD: "min_m=2"}).lm_head == LmHeadPolicy(64000, 2)
 
 
@@ -48,6 +52,10 @@ def test_read_values():
         (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n'\\], got 'max_n=5'"),
         (settings.LM_HEAD, "min_m=0", "min_m=0 must be an int >= 1"),
         (settings.ROOT, " ", "set but empty"),
+        (settings.PANEL, "isa=sse2", "isa='sse2' must be one of \\('auto', 'avx2', 'generic'\\)"),
+        (settings.PANEL, "kc=0", "PanelPolicy.kc=0 must be an int >= 1"),
+        (settings.PANEL, "mc=8x", "mc must be an integer"),
+        (settings.PANEL, "threads=2", "got 'threads=2'"),
     ],
 )
 def test_bad_values_are_errors(name, value, match):
@@ -63,9 +71,14 @@ def test_policy_bands():
 
 def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
     monkeypatch.setenv(settings.LM_HEAD, "min_n=1000,min_m=2")
-    (impl,) = hooks.plugin_api_implementations(OpFamily.GEMM)
-    assert impl.policy == LmHeadPolicy(1000, 2)
+    monkeypatch.setenv(settings.PANEL, "kc=128,mc=64")
+    onednn, panel = hooks.plugin_api_implementations(OpFamily.GEMM)
+    assert onednn.policy == LmHeadPolicy(1000, 2)
+    assert panel.policy == PanelPolicy(kc=128, mc=64)
     # what `plugin-api doctor` prints for the LM-head layer
     avx512 = MACHINES["xeon-cpu"]
-    reasons = impl.supports(LM_HEAD, avx512).reasons
+    reasons = onednn.supports(LM_HEAD, avx512).reasons
     assert "N >= 1000 and M >= 2 (PLUGIN_API_ONEDNN_LM_HEAD)" in reasons[-1]
+    avx2 = dataclasses.replace(avx512, cpu_flags=frozenset({"avx2", "fma"}))
+    reasons = panel.supports(LM_HEAD, avx2).reasons
+    assert "PanelPolicy: isa=auto, kc=128, mc=64 (PLUGIN_API_ONEDNN_PANEL)" in reasons[-1]

@@ -1,6 +1,7 @@
 // torch bindings: ops in namespace pa_cpu_onednn, weights and primitives as custom classes.
 // Every tensor is checked here too, so that a direct call cannot hand a kernel a bad pointer.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <stdexcept>
@@ -130,6 +131,94 @@ void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, con
               threads);
 }
 
+// ---- panel GEMMs --------------------------------------------------------------------------
+
+PanelConf panel_conf_of(const std::vector<int64_t>& v) {
+  TORCH_CHECK(v.size() == 5, "pa_cpu_onednn: panel conf has 5 fields, got ", v.size());
+  PanelConf c;
+  c.isa = v[0], c.widen = v[1], c.kc = v[2], c.mc = v[3], c.threads = v[4];
+  TORCH_CHECK(c.kc > 0 && c.mc > 0 && c.threads >= 0, "pa_cpu_onednn: bad panel conf");
+  return c;
+}
+
+void check_vector(const Tensor& t, const char* name, int64_t len) {
+  check_cpu(t, name);
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.dim() == 1 && t.numel() == len &&
+                  t.is_contiguous(),
+              "pa_cpu_onednn: ", name, " must be fp32 [", len, "] contiguous");
+}
+
+// The common checks of a panel call; returns it with everything but the scales filled in.
+PanelCall panel_call(const Tensor& x, const Tensor& panels, int64_t n,
+                     const std::optional<Tensor>& bias, const Tensor& out) {
+  check_cpu(x, "x");
+  check_cpu(panels, "panels");
+  check_cpu(out, "out");
+  const int64_t dt = code_of(x);
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && x.size(0) > 0 && dt != kF32,
+              "pa_cpu_onednn: x must be [M, K] bf16, fp16 or int8 with a contiguous last dim");
+  const int64_t k = x.size(1);
+  TORCH_CHECK(panels.dim() == 3 && panels.is_contiguous() && panels.size(0) == panel_count(n) &&
+                  panels.size(1) == panel_steps(dt, k) && code_of(panels) == dt &&
+                  panels.size(2) * panels.element_size() == 32,
+              "pa_cpu_onednn: panels do not match N=", n, " K=", k, " ", x.scalar_type());
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n &&
+                  out.stride(1) == 1,
+              "pa_cpu_onednn: out must be [M, N] with a contiguous last dim");
+  PanelCall c;
+  c.m = x.size(0), c.n = n, c.k = k, c.lda = x.stride(0), c.ldc = out.stride(0);
+  c.w_dt = dt, c.x = x.data_ptr(), c.panels = panels.data_ptr(), c.out = out.data_ptr();
+  c.out_dt = code_of(out);
+  if (bias) {
+    check_vector(*bias, "bias", n);
+    c.bias = bias->data_ptr<float>();
+  }
+  return c;
+}
+
+Tensor panel_pack(const Tensor& w, int64_t threads) {
+  check_cpu(w, "weight");
+  const int64_t dt = code_of(w);
+  TORCH_CHECK(dt != kF32 && w.dim() == 2 && w.is_contiguous() && w.numel() > 0,
+              "pa_cpu_onednn: weight must be [N, K] bf16, fp16 or int8, contiguous");
+  const int64_t n = w.size(0), k = w.size(1);
+  Tensor out = at::empty({panel_count(n), panel_steps(dt, k), 32 / w.element_size()},
+                         w.options());
+  rethrow([&] {
+    pack_panels(w.data_ptr(), dt, n, k, out.data_ptr(), threads);
+    return 0;
+  });
+  return out;
+}
+
+void panel_mm(const Tensor& x, const Tensor& panels, int64_t n, const std::optional<Tensor>& bias,
+              const Tensor& out, std::vector<int64_t> conf) {
+  const PanelConf pc = panel_conf_of(conf);
+  const PanelCall c = panel_call(x, panels, n, bias, out);
+  TORCH_CHECK(c.w_dt != kS8, "pa_cpu_onednn: int8 weights go through panel_scaled_mm");
+  rethrow([&] {
+    panel_gemm(c, pc);
+    return 0;
+  });
+}
+
+void panel_scaled_mm(const Tensor& x, const Tensor& x_scale, const Tensor& panels,
+                     const Tensor& w_scale, const std::optional<Tensor>& bias, const Tensor& out,
+                     std::vector<int64_t> conf) {
+  const PanelConf pc = panel_conf_of(conf);
+  const int64_t n = w_scale.numel();
+  PanelCall c = panel_call(x, panels, n, bias, out);
+  TORCH_CHECK(c.w_dt == kS8, "pa_cpu_onednn: panel_scaled_mm takes int8 x and weights");
+  check_vector(x_scale, "x_scale", c.m);
+  check_vector(w_scale, "w_scale", n);
+  c.x_scale = x_scale.data_ptr<float>();
+  c.w_scale = w_scale.data_ptr<float>();
+  rethrow([&] {
+    panel_gemm(c, pc);
+    return 0;
+  });
+}
+
 }  // namespace
 }  // namespace pa_onednn
 
@@ -146,4 +235,10 @@ TORCH_LIBRARY(pa_cpu_onednn, m) {
   m.def("matmul", &matmul);
   m.def("group_quant", &quant);
   m.def("onednn_version", [] { return onednn_version(); });
+  m.def("panel_pack", &panel_pack);
+  m.def("panel_mm", &panel_mm);
+  m.def("panel_scaled_mm", &panel_scaled_mm);
+  m.def("panel_available", [](int64_t isa, bool int8) {
+    return panel_isa_available(isa, int8 ? kS8 : kBF16);
+  });
 }

@@ -164,7 +164,10 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
                  int64_t threads) {
   const int64_t groups = k / group, total = m * groups;
   auto* out = static_cast<uint8_t*>(q);
-  const int nthr = threads > 0 ? static_cast<int>(threads) : omp_get_max_threads();
+  // no more threads than groups: a decode step's single row must not wake (and wait for) idle
+  // threads, which costs more than the row itself
+  const int64_t want = threads > 0 ? threads : omp_get_max_threads();
+  const int nthr = static_cast<int>(std::max<int64_t>(1, std::min(want, total)));
 #pragma omp parallel for schedule(static) num_threads(nthr)
   for (int64_t t = 0; t < total; ++t) {
     const int64_t r = t / groups, g = t % groups;

@@ -1,6 +1,6 @@
 // Interface between the torch bindings (bindings.cpp) and the kernels (matmul.cpp,
-// group_quant.cpp). No torch and no oneDNN types here, so each translation unit stays small
-// and the three compile in parallel.
+// group_quant.cpp, panel_gemm.cpp). No torch and no oneDNN types here, so each translation unit
+// stays small and they compile in parallel.
 #pragma once
 
 #include <cstddef>
@@ -48,5 +48,42 @@ std::string onednn_version();
 void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t group, bool fp8,
                  float eps, bool ue8m0, void* q, float* scales, int64_t s_row, int64_t s_col,
                  int64_t threads);
+
+// Panel GEMMs (panel_gemm.cpp) for CPUs where oneDNN has no fitting kernel: bf16/fp16 weights
+// kept 16-bit and widened to fp32 in registers (fp32 accumulation), and exact int8 (int32
+// accumulation without int16 saturation). Layouts: panel_isa.h.
+enum PanelIsa : int64_t { kPanelGeneric = 0, kPanelAvx2 = 1 };
+enum PanelWiden : int64_t { kWidenInRegisters = 0, kWidenTile = 1 };
+constexpr int64_t kPanelMaxK8 = (int64_t{1} << 17) - 1;  // |sum of K int8 products| < 2^31
+
+struct PanelConf {
+  int64_t isa = kPanelGeneric;
+  int64_t widen = kWidenInRegisters;  // 16-bit weights: in registers per row group, or per k block
+  int64_t kc = 256;                    // k steps per block
+  int64_t mc = 256;                    // rows per pass over the weight (bounds the x buffer)
+  int64_t threads = 0;                 // 0: torch's thread count
+};
+
+struct PanelCall {
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldc = 0;
+  int64_t w_dt = kBF16;     // weights (and x): kBF16, kF16 or kS8
+  const void* x = nullptr;  // [m, k] of type w_dt, row stride lda
+  const void* panels = nullptr;
+  const float* bias = nullptr;     // [n] or nullptr
+  const float* x_scale = nullptr;  // int8: [m]
+  const float* w_scale = nullptr;  // int8: [n]
+  void* out = nullptr;             // [m, n] of type out_dt, row stride ldc
+  int64_t out_dt = kF32;           // kF32 or w_dt (int8: kF32, kBF16 or kF16)
+};
+
+int64_t panel_count(int64_t n);                // panels of 16 columns
+int64_t panel_steps(int64_t w_dt, int64_t k);  // k steps per panel (int8: k-pairs)
+bool panel_isa_available(int64_t isa, int64_t w_dt);
+// w [n, k] row-major of type w_dt -> panel_count(n) panels of panel_steps(w_dt, k) steps of 32
+// bytes, zero-padded.
+void pack_panels(const void* w, int64_t w_dt, int64_t n, int64_t k, void* out, int64_t threads);
+// bf16/fp16: out = x @ W^T (+ bias), fp32 accumulation, 16-bit out rounded once (nearest even).
+// int8: out = ((acc as fp32) * x_scale[m]) * w_scale[n] (+ bias), acc the exact int32 sum.
+void panel_gemm(const PanelCall& c, const PanelConf& conf);
 
 }  // namespace pa_onednn

@@ -1,0 +1,190 @@
+"""GEMM on weights packed in 16-column panels (op family ``gemm``), for CPUs where oneDNN has
+no fitting kernel: bf16 where it has no bf16 matmul (AVX2-only x86, Arm without BF16), fp16
+(which the oneDNN path does not offer), and exact int8 where its s8 matmul saturates (x86
+without VNNI).
+
+- bf16/fp16: the weight stays 16-bit (``prepare`` packs it; no fp32 copy), each call reads
+  every weight byte from memory once, widens it to fp32 in registers and accumulates in fp32:
+  fp32 out is the accumulator (up to summation order), 16-bit out is it rounded once (nearest
+  even), bias added in fp32 before that rounding.
+- int8: int8 weights and activations widened to int16 pairs, ``vpmaddwd`` into int32 (exact for
+  K < 2^17), then ``(acc * s_x) * s_w (+ bias)`` in fp32, the reference's order, cast once.
+
+Kernels: ``csrc/panel_*.cpp``; which ISA's kernels run, and their blocking, is ``PanelPolicy``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.ops import checks
+from plugin_api.ops.decision import Decision, ImplPath
+from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
+from plugin_api.ops.primitive_cache import PrimitiveCache
+
+from .build import extension
+from .isa import bf16_matmul, int8_matmul_exact, int8_panel_exact, isa_name, panel_isa
+from .settings import PANEL, PanelPolicy
+
+BF16, F32, F16, S8 = torch.bfloat16, torch.float32, torch.float16, torch.int8
+ISA_CODES = {"generic": 0, "avx2": 1}  # pa_onednn::PanelIsa in csrc/kernels.h
+MAX_K_INT8 = (1 << 17) - 1  # K * 2^14 (the largest |int8 product|) stays below 2^31
+
+
+@dataclass(frozen=True, slots=True)
+class PanelWeight:
+    """Packed panels: bf16/fp16 ``[ceil(N/16), K, 16]`` or int8 ``[ceil(N/16), ceil(K/2), 32]``
+    (layouts in csrc/panel_isa.h); ``scale`` ``[N]`` fp32 for int8."""
+
+    panels: torch.Tensor
+    scale: torch.Tensor | None
+    isa: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.panels.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class PanelPlan:
+    """What a call runs: its full problem and the kernel configuration (``PanelConf`` in
+    csrc/kernels.h: isa, widen, kc, mc, threads) cached for it."""
+
+    problem: GemmProblem
+    conf: tuple[int, ...]
+
+
+class PanelGemm:
+    name = "panel"
+    path = ImplPath.NATIVE
+
+    def __init__(
+        self,
+        policy: PanelPolicy | None = None,
+        threads: int | None = None,
+        cache_capacity: int = 256,
+    ) -> None:
+        self.policy = PanelPolicy() if policy is None else policy
+        if threads is not None:
+            checks.positive_int("PanelGemm", "threads", threads)
+        self.threads = threads
+        self.cache: PrimitiveCache[GemmProblem, PanelPlan] = PrimitiveCache(cache_capacity)
+        self._machine: DeviceInfo | None = None
+
+    # ---- decisions (pure) ----------------------------------------------------------------------
+
+    def isa(self, info: DeviceInfo) -> str:
+        return panel_isa(info) if self.policy.isa == "auto" else self.policy.isa
+
+    def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
+        isa = self.isa(info)
+        how = f"{isa} kernels"
+        if spec.weight_dtype == F32:
+            return Decision.reject("fp32 weights: oneDNN's f32 matmul serves them")
+        if isa == "avx2" and panel_isa(info) != "avx2":
+            return Decision.reject(f"{PANEL} isa=avx2, but {isa_name(info)} lacks AVX2/FMA/F16C")
+        policy = f"PanelPolicy: {self.policy.describe()} ({PANEL})"
+        if spec.scaled:
+            if int8_matmul_exact(info):
+                return Decision.reject(f"int8: oneDNN's s8 matmul is exact on {isa_name(info)}")
+            if not int8_panel_exact(info) or isa != "avx2":
+                return Decision.reject(f"int8: no exact int8 panel kernel in the {how}")
+            if spec.k > MAX_K_INT8:
+                return Decision.reject(
+                    f"int8: K={spec.k} > {MAX_K_INT8} could overflow the int32 accumulator"
+                )
+            return Decision.accept(
+                f"exact int8 on {isa_name(info)} without VNNI: {how}, int8 widened to int16 "
+                "pairs, vpmaddwd into int32 (no int16 saturation), (acc * s_x) * s_w (+ bias) "
+                "in fp32, cast once",
+                policy,
+            )
+        if spec.weight_dtype == BF16 and bf16_matmul(info):
+            return Decision.reject(f"bf16: oneDNN has a bf16 matmul on {isa_name(info)}")
+        w = checks.short_dtype(spec.weight_dtype)
+        why = "no oneDNN bf16 kernel" if spec.weight_dtype == BF16 else "not offered by oneDNN here"
+        return Decision.accept(
+            f"{w} on {isa_name(info)} ({why}): {how}, weights stay {w} in 16-column panels, "
+            f"widened in registers, fp32 accumulator; {w} out rounded once",
+            policy,
+        )
+
+    def variant(self, isa: str) -> tuple[str, tuple[int, ...]]:
+        """The kernel variant for an ISA (without threads): its name and conf prefix."""
+        tile = isa == "generic"  # the at::vec kernels widen once per k block
+        p = self.policy
+        name = f"{isa}/{'tile' if tile else 'reg'}/kc{p.kc}/mc{p.mc}"
+        return name, (ISA_CODES[isa], int(tile), p.kc, p.mc)
+
+    # ---- running -------------------------------------------------------------------------------
+
+    def prepare(
+        self, spec: GemmSpec, weight: torch.Tensor, weight_scale: torch.Tensor | None
+    ) -> PanelWeight:
+        """Pack ``weight`` ``[N, K]`` (bf16 or int8; int8 keeps ``weight_scale`` ``[N]`` fp32)."""
+        isa = self.isa(self._host())
+        ops = extension().ops
+        if not ops.panel_available(ISA_CODES[isa], spec.scaled):
+            raise RuntimeError(f"cpu-arm-acl: the {isa} panel kernels are not in this build")
+        panels = ops.panel_pack(weight.contiguous(), self._threads())
+        scale = None if weight_scale is None else weight_scale.contiguous()
+        return PanelWeight(panels, scale, isa)
+
+    def plan(
+        self,
+        spec: GemmSpec,
+        payload: PanelWeight,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> PanelPlan:
+        """The cached plan of a call; its problem's ``variant`` names the ISA, how the weights
+        widen, the blocking and the threads."""
+        name, conf = self.variant(payload.isa)
+        threads = self._threads()
+        problem = problem_of(spec, x, bias, out, variant=f"{name}/t{threads}")
+        return self.cache.get_or_build(problem, lambda p: PanelPlan(p, (*conf, threads)))
+
+    def mm(
+        self,
+        spec: GemmSpec,
+        x: torch.Tensor,
+        payload: PanelWeight,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` bf16, row stride may exceed K."""
+        if x.shape[0] == 0:
+            return
+        plan = self.plan(spec, payload, x, bias, out)
+        b = None if bias is None else bias.to(F32).contiguous()
+        extension().ops.panel_mm(x, payload.panels, spec.n, b, out, list(plan.conf))
+
+    def scaled_mm(
+        self,
+        spec: GemmSpec,
+        x_q: torch.Tensor,
+        x_scale: torch.Tensor,
+        payload: PanelWeight,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        """``out = ((x_q @ W_q^T) * x_scale[:, None]) * w_scale[None, :] (+ bias)``."""
+        if x_q.shape[0] == 0:
+            return
+        plan = self.plan(spec, payload, x_q, bias, out)
+        b = None if bias is None else bias.to(F32).contiguous()
+        sx = x_scale.contiguous()
+        ops = extension().ops
+        ops.panel_scaled_mm(x_q, sx, payload.panels, payload.scale, b, out, list(plan.conf))
+
+    def _threads(self) -> int:
+        return self.threads or torch.get_num_threads()
+
+    def _host(self) -> DeviceInfo:
+        if self._machine is None:
+            self._machine = read_device_info()
+        return self._machine
