@@ -36,10 +36,11 @@ def test_lm_head_gemv_bytes_and_flops():
     assert c.name == "lm_head K=4096 N=128256 M=1 bf16->fp32"
 
 
-def test_int8_scaled_mm_bytes_include_both_scales():
+def test_int8_scaled_mm_bytes_include_activation_quant_and_both_scales():
     c = C.GemmCase("o_proj", 16, 4096, 4096, C.INT8, C.BF16)
-    # x_q 16*4096, W_q 4096*4096, y 16*4096*2 (bf16), scales 4*(16 + 4096)
-    assert c.nbytes() == 65_536 + 16_777_216 + 131_072 + 16_448 == 16_990_272
+    # x bf16 16*4096*2 read, x_q 16*4096 written, W_q 4096*4096, y 16*4096*2 (bf16),
+    # scales 4*(16 + 4096)
+    assert c.nbytes() == 131_072 + 65_536 + 16_777_216 + 131_072 + 16_448 == 17_121_344
     assert c.flops() == 536_870_912
 
 

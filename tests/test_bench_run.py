@@ -14,6 +14,7 @@ import torch
 from plugin_api.backend import backend_for
 from plugin_api.bench import cases as C
 from plugin_api.bench.ceilings import measure_ceilings
+from plugin_api.bench.cli import matching_cases
 from plugin_api.bench.harness import Method, synchronizer
 from plugin_api.bench.report import run_dict, summary_lines, table_text
 from plugin_api.bench.run import run_bench
@@ -54,9 +55,9 @@ def test_every_case_runs_through_the_public_ops_with_baselines(tiny_run):
     assert [d["name"] for d in data["cases"]] == [c.name for c in CASES]
     for d, case in zip(data["cases"], CASES, strict=True):
         assert d["status"] == "ok", d
-        assert d["provenance"] == [
-            {"impl": "reference", "path": "reference", "backend": "reference", "fallback": False}
-        ]
+        ref = {"impl": "reference", "path": "reference", "backend": "reference", "fallback": False}
+        # an int8 GEMM case is two ops: the per-token activation quant, then scaled_mm
+        assert d["provenance"] == [ref] * (2 if getattr(case, "scaled", False) else 1)
         assert (d["bytes"], d["flops"]) == (case.nbytes(), case.flops())
         t = d["time_s"]
         assert 2 <= t["n"] <= 3 and t["p10"] <= t["median"] <= t["p90"]
@@ -65,6 +66,8 @@ def test_every_case_runs_through_the_public_ops_with_baselines(tiny_run):
         assert d["mode"] == ("cold" if d["bound"] == "memory" else "hot")
         expected = {"gemm": {"linear_bf16", "upcast_fp32"}, "quant": {"eager"}}
         expected |= {"attention": {"sdpa"}, "state": set()}
+        if case.family == "gemm" and case.out_dtype == torch.float32:
+            expected["gemm"] |= {"upcast_per_call"}
         assert set(d["baselines"]) == expected[d["family"]]
         for b in d["baselines"].values():
             assert "error" not in b, b
@@ -120,3 +123,15 @@ def test_cli_rejects_bad_arguments_before_running(tmp_path: Path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["doctor", "--bench", "--device-info", "h200"]) == 2
     assert "--bench measures this machine" in capsys.readouterr().err
+    assert main(["bench", "--backend", "reference", "--op", "quant", "--case", "gemm *"]) == 2
+    assert "--case 'gemm *' matches none of the" in capsys.readouterr().err
+
+
+def test_case_globs_pick_named_cases():
+    picked = matching_cases(("gemm",), False, ["gemm lm_head *N=128256 M=1 *"])
+    assert [c.name for c in picked] == [
+        "lm_head K=4096 N=128256 M=1 bf16->fp32",
+        "lm_head K=4096 N=128256 M=1 bf16->bf16",
+    ]
+    both = matching_cases(("quant", "state"), True, ["quant *fp8*", "state *"])
+    assert [c.family for c in both] == ["quant", "state"]

@@ -53,6 +53,16 @@ def upcast_fp32(x: torch.Tensor, w32: torch.Tensor, out: torch.Tensor) -> Baseli
     )
 
 
+def upcast_per_call(x: torch.Tensor, w: torch.Tensor) -> Baseline:
+    """fp32 logits with no fp32 kernel and no fp32 copy of the weight kept:
+    ``F.linear(x.float(), w.float())``, the weight upcast in every call."""
+    return Baseline(
+        "upcast_per_call",
+        "F.linear(x.float(), w.float()), the weight upcast in every call",
+        lambda: F.linear(x.float(), w.float()),
+    )
+
+
 def scaled_upcast_fp32(
     x_q: torch.Tensor,
     x_scale: torch.Tensor,

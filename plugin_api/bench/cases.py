@@ -39,8 +39,9 @@ class Case(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GemmCase:
-    """``y[M, N] = x[M, K] @ W[N, K]^T``: bf16 weights through ``mm``, int8 through ``scaled_mm``
-    (per-token activation scales ``[M]`` and per-channel weight scales ``[N]``, fp32)."""
+    """``y[M, N] = x[M, K] @ W[N, K]^T``: bf16 weights through ``mm``; int8 weights as a W8A8
+    layer runs them: the bf16 ``x`` quantized per token (``per_token_group_quant``, one group of
+    K), then ``scaled_mm`` (per-token scales ``[M]``, per-channel weight scales ``[N]``, fp32)."""
 
     family: ClassVar[Family] = "gemm"
     layer: str
@@ -61,12 +62,12 @@ class GemmCase:
         return self.weight_dtype == INT8
 
     def nbytes(self) -> int:
-        a = size_of(self.weight_dtype)  # activations have the weight's dtype
+        w = size_of(self.weight_dtype)
         moved = (
-            self.m * self.k * a + self.n * self.k * a + self.m * self.n * size_of(self.out_dtype)
+            self.m * self.k * 2 + self.n * self.k * w + self.m * self.n * size_of(self.out_dtype)
         )
         if self.scaled:
-            moved += 4 * (self.m + self.n)  # fp32 scales
+            moved += self.m * self.k + 4 * (self.m + self.n)  # x_q written, fp32 scales
         return moved
 
     def flops(self) -> int:

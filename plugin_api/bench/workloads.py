@@ -109,7 +109,11 @@ def _gemm(case: GemmCase, ctx: Context) -> Workload:
         w32 = ctx.fixtures.get("upcast", (n, k), lambda: w.float())
         return Workload(
             lambda: mm(x, packed, out=out),
-            (bl.linear_bf16(x, w, case.out_dtype), bl.upcast_fp32(x, w32, out.clone())),
+            (
+                bl.linear_bf16(x, w, case.out_dtype),
+                bl.upcast_fp32(x, w32, out.clone()),
+                *([bl.upcast_per_call(x, w)] if case.out_dtype == torch.float32 else []),
+            ),
         )
     w_q = ctx.fixtures.get("weight_q", (n, k), lambda: filled((n, k), torch.int8, ctx))
     w_scale = filled((n,), torch.float32, ctx, scale=1e-3).abs_().add_(1e-4)
@@ -118,11 +122,19 @@ def _gemm(case: GemmCase, ctx: Context) -> Workload:
         (n, k, "int8", case.out_dtype),
         lambda: prepare(w_q, out_dtype=case.out_dtype, weight_scale=w_scale, backend=be),
     )
-    x_q = filled((m, k), torch.int8, ctx)
-    x_scale = filled((m,), torch.float32, ctx, scale=1e-2).abs_().add_(1e-4)
+    # The timed call starts from the bf16 activation, as a W8A8 layer does: per-token int8
+    # quantization (one group of K) into preallocated buffers, then the scaled GEMM.
+    x_q = torch.empty((m, k), dtype=torch.int8, device=ctx.device)
+    x_scale = torch.empty((m, 1), dtype=torch.float32, device=ctx.device)
+
+    def quant_then_mm() -> object:
+        per_token_group_quant(x, k, torch.int8, out=x_q, out_scales=x_scale, backend=be)
+        return scaled_mm(x_q, x_scale, packed, out=out)
+
+    quant_then_mm()  # fills x_q/x_scale with real values for the upcast baseline below
     wq32 = ctx.fixtures.get("upcast", (n, k, "int8"), lambda: w_q.float())
     return Workload(
-        lambda: scaled_mm(x_q, x_scale, packed, out=out),
+        quant_then_mm,
         (
             bl.linear_bf16(x, w, case.out_dtype),
             bl.scaled_upcast_fp32(x_q, x_scale, wq32, w_scale, out.clone()),
