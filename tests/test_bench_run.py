@@ -13,6 +13,7 @@ import torch
 
 from plugin_api.backend import backend_for
 from plugin_api.bench import cases as C
+from plugin_api.bench import lm_head_argmax
 from plugin_api.bench.ceilings import measure_ceilings
 from plugin_api.bench.cli import matching_cases
 from plugin_api.bench.harness import Method, synchronizer
@@ -99,7 +100,9 @@ def test_table_and_doctor_summary(tiny_run):
         assert case.name in table
     assert "ceilings: copy" in table and "--quick runs" in table
     lines = summary_lines(data)
-    assert len(lines) == 1 + len(C.FAMILIES)
+    assert len(lines) == 1 + len(C.FAMILIES) + 1  # + the LM-head argmax line
+    assert lines[-1].startswith("  LM-head argmax, bf16-out vs fp32-out (256 rows")
+    assert "LM-head argmax" in table
     assert lines[1].startswith("  gemm       2/2 ok") and "vs linear_bf16 x" in lines[1]
     assert lines[4].startswith("  state      1/1 ok")
     assert ".." not in lines[4] and lines[4].endswith("% of ceiling")  # one case, no range
@@ -135,3 +138,28 @@ def test_case_globs_pick_named_cases():
     ]
     both = matching_cases(("quant", "state"), True, ["quant *fp8*", "state *"])
     assert [c.family for c in both] == ["quant", "state"]
+
+
+def test_lm_head_argmax_flips_counted_against_fp32_logits():
+    """The reference's bf16 output is its fp32 logits rounded once, so the flips it reports are
+    exactly the rows where rounding the fp32 logits to bf16 moves the argmax."""
+    be = backend_for("reference")
+    got = lm_head_argmax.measure(be, quick=True, vocab=3000, hidden=256, rows=300)
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(3000, 256, generator=g) * (lm_head_argmax.LOGIT_STD / 16)).bfloat16()
+    flips = 0
+    for start in range(0, 300, lm_head_argmax.CHUNK):
+        x = torch.randn(min(lm_head_argmax.CHUNK, 300 - start), 256, generator=g).bfloat16()
+        exact = x.double() @ w.double().T
+        flips += int((exact.float().argmax(-1) != exact.float().bfloat16().argmax(-1)).sum())
+    assert (got.rows, got.vocab, got.hidden) == (300, 3000, 256)
+    assert got.flips == flips and 0 < flips < 300
+    assert got.to_dict()["flip_rate"] == flips / 300
+    assert "flips" in lm_head_argmax.lines(got.to_dict())[0]
+
+
+def test_json_records_the_lm_head_argmax_when_lm_head_cases_ran(tiny_run):
+    data, progress = tiny_run
+    d = data["lm_head_argmax"]
+    assert d["rows"] == lm_head_argmax.ROWS_QUICK and 0 <= d["flips"] <= d["rows"]
+    assert "LM-head argmax: bf16-out vs fp32-out ..." in progress

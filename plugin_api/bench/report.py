@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from . import state_manager
+from . import lm_head_argmax, state_manager
 from .cases import ALL, FAMILIES, QUICK
 from .ceilings import Ceilings
 from .harness import Stats
@@ -132,6 +132,7 @@ def run_dict(run: BenchRun) -> dict[str, Any]:
         },
         "cases": [case_dict(r, c) for r in run.results],
         "state_manager": run.state_manager.to_dict() if run.state_manager else None,
+        "lm_head_argmax": run.lm_head_argmax.to_dict() if run.lm_head_argmax else None,
     }
 
 
@@ -218,6 +219,8 @@ def table_text(data: dict[str, Any]) -> str:
         return "  ".join(cells) + "  " + str(r[-1] or "")
 
     extra = state_manager.lines(data["state_manager"]) if data.get("state_manager") else []
+    if data.get("lm_head_argmax"):
+        extra += lm_head_argmax.lines(data["lm_head_argmax"])
     return "\n".join([*header_lines(data), "", line(head), *map(line, rows), *extra])
 
 
@@ -258,4 +261,6 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         lines.append(text)
     if data.get("state_manager"):
         lines.extend("  " + ln for ln in state_manager.lines(data["state_manager"]))
+    if data.get("lm_head_argmax"):
+        lines.extend("  " + ln for ln in lm_head_argmax.lines(data["lm_head_argmax"]))
     return lines

@@ -20,11 +20,12 @@ import torch
 from ..backend import Backend
 from ..errors import FallbackRefused, UnsupportedSpec
 from ..ops.provenance import Provenance, record_ops
-from . import harness, state_manager
+from . import harness, lm_head_argmax, state_manager
 from .baselines import Baseline
 from .cases import Case, Family, select
 from .ceilings import Bound, Ceilings, copy_buffer_bytes, measure_ceilings
 from .harness import CacheSize, Evictor, Method, Stats, measure
+from .lm_head_argmax import ArgmaxFlips
 from .machine import describe_machine
 from .report import progress_line
 from .state_manager import ManagerCost
@@ -73,6 +74,7 @@ class BenchRun:
     wall_s: float
     command: str = ""
     state_manager: ManagerCost | None = None
+    lm_head_argmax: ArgmaxFlips | None = None
 
 
 def _error(e: BaseException) -> str:
@@ -192,6 +194,12 @@ def run_bench(
     if "state" in families and cases is None:
         say("state manager: cost per step at 4k and 480k tokens of context ...")
         manager = state_manager.measure(quick=quick)
+    argmax = None
+    if "gemm" in families and (
+        cases is None or any(getattr(c, "usage", None) == "lm_head" for c in todo)
+    ):
+        say("LM-head argmax: bf16-out vs fp32-out ...")
+        argmax = lm_head_argmax.measure(backend, quick=quick)
     return BenchRun(
         backend=backend.id,
         device=str(device),
@@ -207,4 +215,5 @@ def run_bench(
         wall_s=time.perf_counter() - t_start,
         command=command,
         state_manager=manager,
+        lm_head_argmax=argmax,
     )
