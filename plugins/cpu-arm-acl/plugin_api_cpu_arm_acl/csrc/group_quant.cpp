@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels.h"
 
@@ -79,8 +80,9 @@ inline uint8_t quant_one(float v, float s, bool fp8) {
 }
 
 #ifdef PA_AVX2
-inline __m256 load8(const void* x, int64_t dt, int64_t i) {
-  switch (dt) {
+template <int64_t DT>
+inline __m256 load8(const void* x, int64_t i) {
+  switch (DT) {
     case kBF16: {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
           static_cast<const uint16_t*>(x) + i));
@@ -107,6 +109,16 @@ inline __m256i e4m3_8(__m256 y) {  // e4m3_one on 8 lanes
   return _mm256_or_si256(code, sign);
 }
 
+// 32 int32 lanes in [-128, 127] (int8) or [0, 255] (fp8 codes) -> 32 bytes in order. The packs
+// work per 128-bit half, so their dwords hold a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7; one
+// permutation restores the order.
+inline void store32_bytes(__m256i a, __m256i b, __m256i c, __m256i d, bool fp8, uint8_t* out) {
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  const __m256i bytes = fp8 ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
+  const __m256i fixed = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
+}
+
 inline void store8_low_bytes(__m256i v, uint8_t* out) {
   // the low byte of each 32-bit lane, 8 bytes in order
   const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
@@ -120,41 +132,58 @@ inline void store8_low_bytes(__m256i v, uint8_t* out) {
 }
 #endif
 
-void quant_group(const void* x, int64_t dt, int64_t begin, int64_t len, bool fp8, float eps,
-                 bool ue8m0, uint8_t* q, float* scale) {
-  const float qmax = fp8 ? 448.0f : 127.0f;
+template <int64_t DT, bool FP8>
+void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m0, uint8_t* q,
+                 float* scale) {
+  const float qmax = FP8 ? 448.0f : 127.0f;
   int64_t i = 0;
   float amax = 0.0f;
 #ifdef PA_AVX2
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 vmax = _mm256_setzero_ps();
+  __m256 vmax0 = _mm256_setzero_ps(), vmax1 = _mm256_setzero_ps();
+  for (; i + 16 <= len; i += 16) {  // two chains: max has a latency of several cycles
+    vmax0 = _mm256_max_ps(vmax0, _mm256_and_ps(load8<DT>(x, begin + i), abs_mask));
+    vmax1 = _mm256_max_ps(vmax1, _mm256_and_ps(load8<DT>(x, begin + i + 8), abs_mask));
+  }
   for (; i + 8 <= len; i += 8)
-    vmax = _mm256_max_ps(vmax, _mm256_and_ps(load8(x, dt, begin + i), abs_mask));
+    vmax0 = _mm256_max_ps(vmax0, _mm256_and_ps(load8<DT>(x, begin + i), abs_mask));
   alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
+  _mm256_store_ps(lanes, _mm256_max_ps(vmax0, vmax1));
   for (float l : lanes) amax = std::max(amax, l);
 #endif
-  for (; i < len; ++i) amax = std::max(amax, std::fabs(load_one(x, dt, begin + i)));
+  for (; i < len; ++i) amax = std::max(amax, std::fabs(load_one(x, DT, begin + i)));
   const float s = group_scale(amax, eps, qmax, ue8m0);
   *scale = s;
   i = 0;
 #ifdef PA_AVX2
   const __m256 vs = _mm256_set1_ps(s);
-  for (; i + 8 <= len; i += 8) {
-    const __m256 y = _mm256_div_ps(load8(x, dt, begin + i), vs);  // IEEE division
-    __m256i code;
-    if (fp8) {
-      code = e4m3_8(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-448.0f)),
+  // int8: clamping before the conversion equals rounding then clamping (both monotone), and
+  // _mm256_cvtps_epi32 rounds half to even; a NaN quotient becomes -128, as max_ps makes it.
+  auto code8 = [&](int64_t at) -> __m256i {
+    const __m256 y = _mm256_div_ps(load8<DT>(x, begin + at), vs);  // IEEE division
+    if constexpr (FP8)
+      return e4m3_8(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-448.0f)),
                                   _mm256_set1_ps(448.0f)));
-    } else {
-      const __m256 r = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      code = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-128.0f)),
-                                               _mm256_set1_ps(127.0f)));
-    }
-    store8_low_bytes(code, q + begin + i);
-  }
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-128.0f)),
+                                            _mm256_set1_ps(127.0f)));
+  };
+  for (; i + 32 <= len; i += 32)
+    store32_bytes(code8(i), code8(i + 8), code8(i + 16), code8(i + 24), FP8, q + begin + i);
+  for (; i + 8 <= len; i += 8) store8_low_bytes(code8(i), q + begin + i);
 #endif
-  for (; i < len; ++i) q[begin + i] = quant_one(load_one(x, dt, begin + i), s, fp8);
+  for (; i < len; ++i) q[begin + i] = quant_one(load_one(x, DT, begin + i), s, FP8);
+}
+
+template <int64_t DT, bool FP8>
+void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, bool ue8m0,
+                uint8_t* out, float* scales, int64_t s_row, int64_t s_col, int nthr) {
+  const int64_t groups = k / group, total = m * groups;
+#pragma omp parallel for schedule(static) num_threads(nthr)
+  for (int64_t t = 0; t < total; ++t) {
+    const int64_t r = t / groups, g = t % groups;
+    quant_group<DT, FP8>(x, r * k + g * group, group, eps, ue8m0, out,
+                         scales + r * s_row + g * s_col);
+  }
 }
 
 }  // namespace
@@ -168,12 +197,21 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
   // threads, which costs more than the row itself
   const int64_t want = threads > 0 ? threads : omp_get_max_threads();
   const int nthr = static_cast<int>(std::max<int64_t>(1, std::min(want, total)));
-#pragma omp parallel for schedule(static) num_threads(nthr)
-  for (int64_t t = 0; t < total; ++t) {
-    const int64_t r = t / groups, g = t % groups;
-    quant_group(x, x_dt, r * k + g * group, group, fp8, eps, ue8m0, out,
-                scales + r * s_row + g * s_col);
-  }
+  auto run = [&](auto dt, auto fp8_tag) {
+    quant_rows<decltype(dt)::value, decltype(fp8_tag)::value>(x, m, k, group, eps, ue8m0, out,
+                                                                scales, s_row, s_col, nthr);
+  };
+  auto with_dtype = [&](auto fp8_tag) {
+    switch (x_dt) {
+      case kBF16: return run(std::integral_constant<int64_t, kBF16>{}, fp8_tag);
+      case kF16: return run(std::integral_constant<int64_t, kF16>{}, fp8_tag);
+      default: return run(std::integral_constant<int64_t, kF32>{}, fp8_tag);
+    }
+  };
+  if (fp8)
+    with_dtype(std::true_type{});
+  else
+    with_dtype(std::false_type{});
 }
 
 }  // namespace pa_onednn
