@@ -51,16 +51,15 @@ def matching_cases(families: tuple[Family, ...], quick: bool, globs: list[str]) 
     """The named cases of ``families`` (the quick set with ``quick``) whose ``"<family> <name>"``
     matches any of ``globs``; a pattern that matches nothing is an error, not an empty run."""
     pool = select(families, quick)
+    hits = [c for c in pool if any(fnmatch.fnmatchcase(f"{c.family} {c.name}", g) for g in globs)]
     for g in globs:
-        if not any(fnmatch.fnmatchcase(f"{c.family} {c.name}", g) for c in pool):
+        if not any(fnmatch.fnmatchcase(f"{c.family} {c.name}", g) for c in hits):
             raise ValueError(
                 f"bench: --case {g!r} matches none of the {len(pool)} cases of "
                 f"{', '.join(families)}{' (--quick)' if quick else ''}; names look like "
                 f"{pool[0].family + ' ' + pool[0].name!r}"
             )
-    return tuple(
-        c for c in pool if any(fnmatch.fnmatchcase(f"{c.family} {c.name}", g) for g in globs)
-    )
+    return tuple(hits)
 
 
 def cmd_bench(args: argparse.Namespace, backend: Backend) -> int:
