@@ -7,11 +7,12 @@ a *fallback*: recorded in the resolution, warned once, and an error under ``PLUG
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .contract import OpFamily
 from .device_info import DeviceInfo
@@ -21,6 +22,9 @@ from .ops.provenance import Provenance
 from .registry import REFERENCE_ID
 from .selection import PluginApiWarning, Resolved, current, resolve
 from .settings import Settings, read_settings
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,14 @@ class Backend:
     def device_type(self) -> str:
         return self.resolved.selection.device_type
 
+    @functools.cached_property
+    def device(self) -> torch.device:
+        """The torch device the ops run on (made once: building one costs microseconds on
+        every call otherwise)."""
+        import torch  # not at module level: selecting a backend stays free of torch
+
+        return torch.device(self.device_type)
+
     @property
     def info(self) -> DeviceInfo:
         return self.resolved.registry.info
@@ -132,6 +144,10 @@ class Backend:
     def explain(self, family: OpFamily, spec: Hashable) -> Resolution:
         """The resolution for ``spec`` without raising (for reports)."""
         key = (family, spec)
+        # the hit path takes no lock: a dict read is atomic, and entries are never replaced
+        hit = self._resolutions.get(key)
+        if hit is not None:
+            return hit
         with self._lock:
             if key not in self._resolutions:
                 self._resolutions[key] = resolve_op(

@@ -134,7 +134,7 @@ def prepare(
 
     op = "gemm.prepare"
     be = backend or current_backend()
-    device = torch.device(be.device_type)
+    device = be.device
     w = checks.tensor(op, "weight", weight, dtypes=WEIGHT_DTYPES, ndim=2, device=device)
     checks.one_of(op, "usage", usage, USAGES)
     n, k = int(w.shape[0]), int(w.shape[1])

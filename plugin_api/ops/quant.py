@@ -96,7 +96,7 @@ def per_token_group_quant(
     from ..backend import current_backend
 
     be = backend or current_backend()
-    device = torch.device(be.device_type)
+    device = be.device
     t = checks.tensor(OP, "x", x, dtypes=IN_DTYPES, ndim=2, device=device, contiguous=True)
     checks.positive_int(OP, "group_size", group_size)
     if dtype not in OUT_DTYPES:

@@ -117,7 +117,7 @@ def copy_state_blocks(
 
     op = "copy_state_blocks"
     be = backend or current_backend()
-    device = torch.device(be.device_type)
+    device = be.device
     spec, nb = _check_states(op, states, device)
     src = _check_ids(op, "src_ids", src_ids, nb)
     dst = _check_ids(op, "dst_ids", dst_ids, nb)
@@ -144,7 +144,7 @@ def zero_state_blocks(
 
     op = "zero_state_blocks"
     be = backend or current_backend()
-    device = torch.device(be.device_type)
+    device = be.device
     spec, nb = _check_states(op, states, device)
     host = _check_ids(op, "ids", ids, nb)
     if torch.unique(host).numel() != host.numel():
