@@ -17,6 +17,7 @@ from ..contract import OpFamily
 from . import checks
 from .decision import Decision, ImplPath
 from .graphs import GraphSupport
+from .huge_pages import advise_huge_pages
 from .provenance import Provenance, note
 
 if TYPE_CHECKING:
@@ -133,6 +134,8 @@ class KVCache:
     data: torch.Tensor
     k_scale: float = 1.0
     v_scale: float = 1.0
+    # whether allocate_kv_cache got the kernel to accept a huge-page request for ``data``
+    huge_pages: bool = False
 
     @property
     def num_blocks(self) -> int:
@@ -152,8 +155,11 @@ def allocate_kv_cache(
     v_scale: float = 1.0,
 ) -> KVCache:
     checks.positive_int("allocate_kv_cache", "num_blocks", num_blocks)
-    data = torch.zeros(kv_cache_shape(spec, num_blocks), dtype=spec.cache_dtype, device=device)
-    return KVCache(data, k_scale, v_scale)
+    data = torch.empty(kv_cache_shape(spec, num_blocks), dtype=spec.cache_dtype, device=device)
+    # before the first write: blocks are read at random, see huge_pages.py
+    huge = advise_huge_pages(data)
+    data.zero_()
+    return KVCache(data, k_scale, v_scale, huge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +390,7 @@ class Attention:
 
     @property
     def device(self) -> torch.device:
-        return torch.device(self.backend.device_type)
+        return self.backend.device
 
     def graph_support(self) -> GraphSupport:
         return self.impl.graph_support(self.spec, self.backend.info)

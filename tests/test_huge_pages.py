@@ -1,0 +1,47 @@
+"""The KV cache asks for transparent huge pages before its first write (ops/huge_pages.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from plugin_api.ops.attention import AttentionSpec, allocate_kv_cache
+from plugin_api.ops.huge_pages import HUGE_PAGE, MADV_HUGEPAGE, advise_huge_pages
+
+linux = pytest.mark.skipif(
+    sys.platform != "linux" or MADV_HUGEPAGE is None, reason="madvise(MADV_HUGEPAGE) is Linux's"
+)
+
+
+def advised_ranges() -> list[tuple[int, int]]:
+    """Address ranges of this process that carry the huge-page advice ("hg" in VmFlags)."""
+    ranges: list[tuple[int, int]] = []
+    current = (0, 0)
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        words = line.split()
+        if "-" in words[0] and not words[0].endswith(":"):  # a mapping's header line
+            lo, hi = (int(x, 16) for x in words[0].split("-"))
+            current = (lo, hi)
+        elif words[0] == "VmFlags:" and "hg" in words[1:]:
+            ranges.append(current)
+    return ranges
+
+
+def test_less_than_one_huge_page_is_not_advised():
+    assert not advise_huge_pages(torch.empty(HUGE_PAGE // 2, dtype=torch.uint8))
+
+
+@linux
+def test_a_large_cache_carries_the_advice_and_starts_zeroed():
+    spec = AttentionSpec(8, 2, 128, torch.bfloat16, block_size=16)
+    cache = allocate_kv_cache(spec, 1024, "cpu")  # 16 MiB
+    assert cache.huge_pages
+    start = cache.data.data_ptr()
+    end = start + cache.data.nbytes
+    inner = -(-start // HUGE_PAGE) * HUGE_PAGE  # the first whole huge page inside the cache
+    assert any(lo <= inner and inner + HUGE_PAGE <= hi for lo, hi in advised_ranges())
+    assert inner + HUGE_PAGE <= end
+    assert not cache.data.any()
