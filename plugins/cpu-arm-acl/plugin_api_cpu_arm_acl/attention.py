@@ -31,7 +31,7 @@ TILE_ROWS = 64
 MIN_SPLIT_KEYS = 512
 # dtype codes of the C entry points
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8: 3}
-ITEM_FIELDS, REDUCE_FIELDS = 8, 5
+ITEM_FIELDS, REDUCE_FIELDS = 9, 6
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,20 @@ def test_long_context_split_across_threads(backend, threads, feature):
 
 
 @native
+@pytest.mark.parametrize("heads,kv_heads", [(12, 12), (24, 12), (6, 3), (64, 16)])
+def test_decode_items_take_several_kv_heads(backend, threads, heads, kv_heads):
+    """A decode item reads up to 8 KV heads of each block (one contiguous run of the cache);
+    head counts that leave a smaller last group, MHA, and split long contexts included."""
+    spec = spec_of(num_heads=heads, num_kv_heads=kv_heads, num_speculative_tokens=2)
+    case = make_case(spec, [1, 3, 1], [40, 77, 1300], num_decodes=3, device="cpu", seed=kv_heads)
+    items = Attention(spec, backend).plan(case.batch).impl_plan.items
+    first, count = items[:, 1].tolist(), items[:, 2].tolist()
+    assert max(count) == min(kv_heads, 8)
+    assert all(f % 8 == 0 and 0 < c <= 8 for f, c in zip(first, count, strict=True))
+    run_and_check(backend, torch.device("cpu"), case)
+
+
+@native
 def test_window_and_gqa_in_a_wide_prefill_tile(backend, threads):
     spec = spec_of(num_heads=16, num_kv_heads=2, sliding_window=21, logits_soft_cap=4.0)
     case = make_case(spec, [1, 37], [50, 90], num_decodes=1, device="cpu", seed=4)

@@ -1,7 +1,11 @@
 // Paged attention on the CPU (plugin-api cpu-arm-acl): plan, cache write, forward, split reduce.
 //
-// One work item = (request, KV head, tile of query tokens, key range). All query heads of the KV
-// head are processed together (GQA), so each K/V block is read once per item. Long key ranges
+// One work item = (request, KV heads, tile of query tokens, key range). All query heads of a KV
+// head are processed together (GQA), so each K/V block is read once per item. A decode item takes
+// up to kMaxHeadGroup KV heads: a cache block stores its heads next to each other, so the item
+// reads one contiguous run of (heads x 2 x block x head size) elements per block instead of 4 KB
+// pieces of it at unrelated times (random 4 KB reads get about 60% of the copy bandwidth on an
+// EPYC VM; 64 KB runs all of it). Long key ranges
 // are split so that a batch of one request still keeps every thread busy; split items write
 // unnormalised partials (m, l, acc) that a second pass combines. Items are taken from a shared
 // counter, largest first. Per-thread scratch is allocated once and reused across calls.
@@ -33,12 +37,33 @@ void init_fp8_table() {
 namespace {
 
 // A plan row (int32): see make_plan.
-enum Field { kSeq, kKvh, kQ0, kQn, kPos0, kK0, kK1, kProw, kFields };
-// A reduce row (int32): query token range, KV head, first partial row, number of splits.
-enum RField { rQ0, rQn, rKvh, rProw, rSplits, rFields };
+enum Field { kSeq, kKvh, kHeads, kQ0, kQn, kPos0, kK0, kK1, kProw, kFields };
+// A reduce row (int32): query token range, first KV head and count, first partial row, splits.
+enum RField { rQ0, rQn, rKvh, rHeads, rProw, rSplits, rFields };
 
 // Rows at or above this use the "rows" score layout (see attention_kernels.h).
 constexpr int kRowsLayoutMin = 16;
+// KV heads per decode item (dot layout); rows-layout items take one.
+constexpr int64_t kMaxHeadGroup = 8;
+// A run of the dot layout (attend_dot): whole blocks, at most kRunKeys keys and about
+// kRunBytes of K and V over the item's heads (they stay in L2 between scores and P.V).
+constexpr int64_t kRunKeys = 128;
+constexpr int64_t kRunBytes = 128 << 10;
+inline int64_t run_blocks(int64_t bs, int64_t heads, int64_t dim, int64_t elt) {
+  const int64_t by_bytes = kRunBytes / (bs * dim * elt * 2 * heads);
+  return std::max<int64_t>(1, std::min(kRunKeys / bs, by_bytes));
+}
+
+// Rows of an item: per KV head of the item (outer), per query token, per query head of the
+// group (inner). per_head = tokens x group.
+struct Rows {
+  int64_t per_head, group;
+  int64_t token(int64_t r) const { return r % per_head / group; }
+  // query head of row r for an item whose first KV head is kvh
+  int64_t head(int64_t kvh, int64_t r) const {
+    return (kvh + r / per_head) * group + r % per_head % group;
+  }
+};
 // Partials per query row that one reduction combines (finish_row's stack arrays).
 constexpr int64_t kMaxSplits = 64;
 // Largest head size (attention.py rejects larger ones): finish_row's stack row.
@@ -110,28 +135,31 @@ Plan make_plan(const int32_t* qsl, const int32_t* lens, int64_t S, int64_t group
   std::vector<int64_t> cost;
   for (const Tile& t : tiles) {
     const int64_t rows = static_cast<int64_t>(t.qn) * group;
+    const int64_t hg = rows < kRowsLayoutMin ? std::min(kv_heads, kMaxHeadGroup) : 1;
     const int64_t first_block = t.k0 / block, last_block = (t.k1 - 1) / block;
     const int64_t nblocks = last_block - first_block + 1;
     int64_t splits = 1;
-    if (target > 0 && t.cost > target) {
-      const int64_t by_cost = (t.cost + target - 1) / target;
+    if (target > 0 && t.cost * hg > target) {
+      const int64_t by_cost = (t.cost * hg + target - 1) / target;
       const int64_t by_len = std::max<int64_t>(1, (t.k1 - t.k0) / min_split_keys);
       splits = std::min({by_cost, by_len, nblocks, kMaxSplits});
     }
-    for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t h = 0; h < kv_heads; h += hg) {
+      const int64_t n = std::min(hg, kv_heads - h), item_rows = rows * n;
       const int32_t prow = static_cast<int32_t>(plan.partial_rows);
       if (splits > 1)
-        plan.reduce.push_back({t.q0, t.qn, static_cast<int32_t>(h), prow,
-                               static_cast<int32_t>(splits)});
+        plan.reduce.push_back({t.q0, t.qn, static_cast<int32_t>(h), static_cast<int32_t>(n),
+                               prow, static_cast<int32_t>(splits)});
       for (int64_t p = 0; p < splits; ++p) {
         const int64_t b0 = first_block + nblocks * p / splits;
         const int64_t b1 = first_block + nblocks * (p + 1) / splits;
         const int32_t k0 = static_cast<int32_t>(std::max<int64_t>(t.k0, b0 * block));
         const int32_t k1 = static_cast<int32_t>(std::min<int64_t>(t.k1, b1 * block));
-        items.push_back({t.seq, static_cast<int32_t>(h), t.q0, t.qn, t.pos0, k0, k1,
+        items.push_back({t.seq, static_cast<int32_t>(h), static_cast<int32_t>(n), t.q0, t.qn,
+                         t.pos0, k0, k1,
                          splits > 1 ? static_cast<int32_t>(plan.partial_rows) : -1});
-        cost.push_back((k1 - k0 + block) * rows);
-        if (splits > 1) plan.partial_rows += rows;
+        cost.push_back((k1 - k0 + block) * item_rows);
+        if (splits > 1) plan.partial_rows += item_rows;
       }
     }
   }
@@ -151,7 +179,7 @@ struct Scratch {
   std::vector<float> buf;
   float* q;      // dot: [R][D] ; rows: Q^T [D][Rp]
   float* acc;    // [Rp][D]
-  float* s;      // dot: [R][bs] ; rows: [bs][Rp]
+  float* s;      // dot: [R][run keys] ; rows: [bs][Rp]
   float* kf;     // rows: K block as fp32 [bs][D]
   float* vf;     // rows: V block as fp32 [bs][D]
   float* m;      // [Rp]
@@ -164,7 +192,8 @@ struct Scratch {
   void reserve(int64_t Rp, int64_t D, int64_t bs) {
     const int64_t align = 16;  // floats: 64 bytes
     auto up = [&](int64_t n) { return (n + align - 1) / align * align; };
-    const int64_t sizes[] = {Rp * D, Rp * D, Rp * bs, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp};
+    const int64_t keys = std::max(bs, kRunKeys);  // a rows block or a dot run
+    const int64_t sizes[] = {Rp * D, Rp * D, Rp * keys, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp};
     int64_t total = align;
     for (int64_t n : sizes) total += up(n);
     if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);  // grows once, then reused
@@ -198,19 +227,114 @@ struct Step {
   const int32_t* seq_lens;
 };
 
+// The dot layout over runs of whole blocks (run_blocks): the scores of every block and KV head
+// of the run, one softmax pass per row, then P.V with the accumulators in registers across the
+// run's blocks (per 16-key block instead, each row paid its max/exp/sum reductions and a reload
+// of its accumulator every 16 keys). Rows of KV head i of the item: [i * Rh, (i + 1) * Rh).
+template <typename KT>
+void attend_dot(const Step& st, const int32_t* item, const KT* cache, Scratch& w, int R,
+                const int32_t* table, int64_t first, int64_t last) {
+  const Geometry& g = st.g;
+  const int64_t D = g.dim, bs = g.block, heads = item[kHeads];
+  const int Rh = R / static_cast<int>(heads);
+  const int64_t k0 = item[kK0], k1 = item[kK1];
+  const int64_t head_stride = bs * D, kv_stride = g.kv_heads * head_stride;
+  const int64_t run = run_blocks(bs, heads, D, sizeof(KT)), lds = run * bs;
+  // K of the item's first KV head in block b; head i is i * head_stride further
+  auto k_of = [&](int64_t b) {
+    return cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) * head_stride;
+  };
+  const KT* vb[kMaxHeadGroup][kRunKeys / 16];
+  const KT* kp = k_of(first);
+  for (int64_t c = first; c <= last; c += run) {
+    const int64_t c_end = std::min(last + 1, c + run), kc = c * bs;
+    const int cj0 = static_cast<int>(std::max<int64_t>(k0 - kc, 0));
+    const int cj1 = static_cast<int>(std::min<int64_t>(k1 - kc, (c_end - c) * bs));
+    for (int64_t b = c; b < c_end; ++b) {
+      const int i = static_cast<int>(b - c), off = i * static_cast<int>(bs);
+      const KT* next = b < last ? k_of(b + 1) : nullptr;
+      const int j0 = std::max(cj0 - off, 0), j1 = std::min(cj1 - off, static_cast<int>(bs));
+      // heads in cache order, so that the block's K (and, prefetched, the next block's K and
+      // V) is read front to back
+      for (int64_t h = 0; h < heads; ++h) {
+        const KT* kh = kp + h * head_stride;
+        vb[h][i] = kh + kv_stride;
+        const KT* next_k = next ? next + h * head_stride : nullptr;
+        const KT* next_v = next ? next_k + kv_stride : nullptr;
+        qk_dot(Rh, w.q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k,
+               next_v);
+      }
+      kp = next;
+    }
+    for (int r = 0; r < R; ++r) {
+      w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kc, cj0, cj1));
+      w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kc, cj0, cj1));
+    }
+    softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), st.mk.soft_cap, w.m, w.l,
+                w.alpha);
+    for (int64_t h = 0; h < heads; ++h)
+      pv(Rh, w.s + h * Rh * lds, lds, 1, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
+         w.alpha + h * Rh, w.acc + h * Rh * D);
+  }
+}
+
+// The rows layout, one block at a time: the block's K and V widened to fp32 once, then scores,
+// softmax and P.V vectorised over query rows. min_hi/max_lo: every row sees [max_lo, min_hi).
+template <typename KT>
+void attend_rows(const Step& st, const int32_t* item, const KT* cache, Scratch& w, int R,
+                 int64_t Rp, const int32_t* table, int64_t first, int64_t last, float min_hi,
+                 float max_lo) {
+  const Geometry& g = st.g;
+  const int64_t D = g.dim, bs = g.block;
+  const int64_t k0 = item[kK0], k1 = item[kK1];
+  const int64_t head_stride = bs * D, kv_stride = g.kv_heads * head_stride;
+  auto k_of = [&](int64_t b) {
+    return cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) * head_stride;
+  };
+  const float* vf = w.vf;
+  for (int64_t b = first; b <= last; ++b) {
+    const int64_t kb = b * bs;
+    const int j0 = static_cast<int>(std::max<int64_t>(k0 - kb, 0));
+    const int j1 = static_cast<int>(std::min<int64_t>(k1 - kb, bs));
+    const KT* kp = k_of(b);
+    const KT* vp = kp + kv_stride;
+    const KT* next_k = b < last ? k_of(b + 1) : nullptr;
+    const KT* next_v = next_k ? next_k + kv_stride : nullptr;
+    for (int j = 0; j < bs; ++j) {
+      float* kr = w.kf + j * D;
+      if (j < j0 || j >= j1) {
+        std::fill(kr, kr + D, 0.f);
+        continue;
+      }
+      float* vr = w.vf + j * D;
+      prefetch_rows(next_k, next_v, j, 1, D);
+      for (int64_t d = 0; d < D; d += kV) {
+        load_f32(kp + j * D + d).store(kr + d);
+        load_f32(vp + j * D + d).store(vr + d);
+      }
+    }
+    qk_rows(w.kf, w.q, D, Rp, static_cast<int>(bs), w.s);
+    const bool full = max_lo <= kb + j0 && min_hi >= kb + j1;
+    softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, st.mk.soft_cap,
+                 w.m, w.l, w.alpha);
+    pv(R, w.s, 1, Rp, VRows<float>{&vf, static_cast<int>(bs)}, D, j0, j1, w.alpha, w.acc);
+  }
+}
+
 // Attend one item's rows (prepared in w.q) over its key range; leaves m, l, acc in w.
 template <typename KT>
 void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bool rows_layout,
             int64_t Rp) {
   const Geometry& g = st.g;
   const int64_t D = g.dim, bs = g.block, G = g.group;
-  const int R = item[kQn] * static_cast<int>(G);
+  const Rows rows{item[kQn] * G, G};
+  const int R = static_cast<int>(rows.per_head * item[kHeads]);
   const int64_t len = st.seq_lens[item[kSeq]], k0 = item[kK0], k1 = item[kK1];
   // per-row visible key range, clipped to the item's range
   for (int64_t r = 0; r < Rp; ++r) {
     int64_t lo = 0, hi = 0;
     if (r < R) {
-      visible(st.mk, item[kPos0] + r / G, len, &lo, &hi);
+      visible(st.mk, item[kPos0] + rows.token(r), len, &lo, &hi);
       lo = std::max(lo, k0);
       hi = std::min(hi, k1);
     }
@@ -226,52 +350,11 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
     max_lo = std::max(max_lo, w.lo[r]);
   }
   const int32_t* table = st.block_table + item[kSeq] * st.bt_stride;
-  const int64_t head_stride = bs * D, kv_stride = g.kv_heads * head_stride;
   const int64_t first = k0 / bs, last = (k1 - 1) / bs;
-  for (int64_t b = first; b <= last; ++b) {
-    const int64_t kb = b * bs;
-    const int j0 = static_cast<int>(std::max<int64_t>(k0 - kb, 0));
-    const int j1 = static_cast<int>(std::min<int64_t>(k1 - kb, bs));
-    const KT* kp = cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) *
-                               head_stride;
-    const KT* vp = kp + kv_stride;
-    const KT* next_k = nullptr;
-    const KT* next_v = nullptr;
-    if (b < last) {
-      next_k = cache + (static_cast<int64_t>(table[b + 1]) * 2 * g.kv_heads + item[kKvh]) *
-                           head_stride;
-      next_v = next_k + kv_stride;
-    }
-    if (rows_layout) {
-      for (int j = 0; j < bs; ++j) {
-        float* kr = w.kf + j * D;
-        if (j < j0 || j >= j1) {
-          std::fill(kr, kr + D, 0.f);
-          continue;
-        }
-        float* vr = w.vf + j * D;
-        prefetch_rows(next_k, next_v, j, 1, D);
-        for (int64_t d = 0; d < D; d += kV) {
-          load_f32(kp + j * D + d).store(kr + d);
-          load_f32(vp + j * D + d).store(vr + d);
-        }
-      }
-      qk_rows(w.kf, w.q, D, Rp, static_cast<int>(bs), w.s);
-      const bool full = max_lo <= kb + j0 && min_hi >= kb + j1;
-      softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, st.mk.soft_cap,
-                   w.m, w.l, w.alpha);
-      pv(R, w.s, 1, Rp, static_cast<const float*>(w.vf), D, j0, j1, w.alpha, w.acc);
-    } else {
-      qk_dot(R, w.q, kp, D, j0, j1, w.s, bs, next_k, next_v);
-      for (int r = 0; r < R; ++r) {
-        w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kb, j0, j1));
-        w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kb, j0, j1));
-      }
-      softmax_dot(w.s, bs, R, j0, j1, w.a.data(), w.b.data(), st.mk.soft_cap, w.m, w.l,
-                  w.alpha);
-      pv(R, w.s, bs, 1, vp, D, j0, j1, w.alpha, w.acc);
-    }
-  }
+  if (rows_layout)
+    attend_rows(st, item, cache, w, R, Rp, table, first, last, min_hi, max_lo);
+  else
+    attend_dot(st, item, cache, w, R, table, first, last);
 }
 
 // Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
@@ -280,9 +363,10 @@ template <typename QT>
 void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch& w,
                   bool rows_layout, int64_t Rp, bool pair_split) {
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
-  const int R = item[kQn] * static_cast<int>(G);
+  const Rows rows{item[kQn] * G, G};
+  const int R = static_cast<int>(rows.per_head * item[kHeads]);
   for (int r = 0; r < R; ++r) {
-    const QT* src = query + ((item[kQ0] + r / G) * H + item[kKvh] * G + r % G) * D;
+    const QT* src = query + ((item[kQ0] + rows.token(r)) * H + rows.head(item[kKvh], r)) * D;
     if (rows_layout) {
       for (int64_t d = 0; d < D; ++d) w.q[d * Rp + r] = static_cast<float>(src[d]) * st.scale;
     } else {
@@ -340,8 +424,10 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
     Scratch& w = scratch();
     for (int64_t u = next.fetch_add(1); u < U; u = next.fetch_add(1)) {
       const int32_t* item = it + u * kFields;
-      const int R = item[kQn] * static_cast<int>(G);
-      const bool rows_layout = R >= kRowsLayoutMin;
+      const Rows rows{item[kQn] * G, G};
+      const int R = static_cast<int>(rows.per_head * item[kHeads]);
+      // make_plan gives a rows-layout item a single KV head
+      const bool rows_layout = rows.per_head >= kRowsLayoutMin;
       const int64_t Rp = rows_layout ? (R + kV - 1) / kV * kV : R;
       w.reserve(Rp, D, st.g.block);
       load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>);
@@ -357,11 +443,11 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
         continue;
       }
       for (int r = 0; r < R; ++r) {
-        const int64_t h = item[kKvh] * G + r % G;
+        const int64_t h = rows.head(item[kKvh], r);
         const float* acc = w.acc + r * D;
         finish_row(&acc, w.m + r, w.l + r, 1, bufs.sinks ? bufs.sinks + h : nullptr,
                    bufs.v_scale, D, kPairSplit<KT> && !rows_layout,
-                   out + ((item[kQ0] + r / G) * H + h) * D);
+                   out + ((item[kQ0] + rows.token(r)) * H + h) * D);
       }
     }
   });
@@ -377,7 +463,8 @@ void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buf
     float m[kMaxSplits], l[kMaxSplits];
     for (int64_t e = e0; e < e1; ++e) {
       const int32_t* x = rd + e * rFields;
-      const int64_t R = static_cast<int64_t>(x[rQn]) * G;
+      const Rows rows{x[rQn] * G, G};
+      const int64_t R = rows.per_head * x[rHeads];
       for (int64_t r = 0; r < R; ++r) {
         for (int s = 0; s < x[rSplits]; ++s) {
           const int64_t row = x[rProw] + s * R + r;
@@ -385,9 +472,10 @@ void run_reduce(const Step& st, const int32_t* rd, int64_t E, QT* out, const Buf
           m[s] = bufs.pml[2 * row];
           l[s] = bufs.pml[2 * row + 1];
         }
-        const int64_t h = x[rKvh] * G + r % G;
+        const int64_t h = rows.head(x[rKvh], r);
         finish_row(acc, m, l, x[rSplits], bufs.sinks ? bufs.sinks + h : nullptr, bufs.v_scale,
-                   D, pair_split && R < kRowsLayoutMin, out + ((x[rQ0] + r / G) * H + h) * D);
+                   D, pair_split && rows.per_head < kRowsLayoutMin,
+                   out + ((x[rQ0] + rows.token(r)) * H + h) * D);
       }
     }
   });
@@ -460,7 +548,8 @@ PA_EXPORT const float* pa_attn_fp8_table() { return g_fp8_table; }
 PA_EXPORT int64_t pa_attn_vector_width() { return kV; }
 
 // Plans a step. counts[3] receives (items, reduce rows, partial rows); items_out
-// [items, 8] and reduce_out [reduce rows, 5] are filled when not null (call once to size them).
+// [items, kFields] and reduce_out [reduce rows, rFields] (ITEM_FIELDS, REDUCE_FIELDS in
+// attention.py) are filled when not null (call once to size them).
 PA_EXPORT void pa_attn_plan(const int32_t* qsl, const int32_t* lens, int64_t S, int64_t group,
                             int64_t kv_heads, int64_t block, int64_t causal, int64_t window,
                             int64_t num_threads, int64_t tile_rows, int64_t min_split_keys,

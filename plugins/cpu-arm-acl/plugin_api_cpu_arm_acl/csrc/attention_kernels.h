@@ -235,11 +235,19 @@ inline void softmax_rows(float* st, int64_t Rp, int j0, int j1, float kb, const 
 
 // ---- P.V ---------------------------------------------------------------------------------------
 
+// V rows of a run of keys spread over blocks: key j of the run is row j % bs of block vb[j / bs].
+template <typename VT>
+struct VRows {
+  const VT* const* vb;
+  int bs;
+};
+
 // acc[r][d..d+NV*kV) = acc * alpha[r] + sum_{j in [j0, j1)} P(r, j) v[j][d..], for MR rows.
 // The accumulator row is in load_pair's order for VT (pair_split_order when kPairSplit<VT>).
-// P(r, j) = p[r * prs + j * pts] (either layout); v rows are [.][D] of type VT.
+// P(r, j) = p[r * prs + j * pts] (either layout); v rows are [.][D] of type VT. The accumulator
+// stays in registers across all blocks of the run.
 template <int MR, int NV, typename VT>
-PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
+PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int64_t D, int j0,
                     int j1, const float* alpha, float* acc, int64_t d) {
   Vec a[MR][NV];
   PA_UNROLL
@@ -248,21 +256,27 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int6
     PA_UNROLL
     for (int x = 0; x < NV; ++x) a[r][x] = Vec::loadu(acc + r * D + d + x * kV) * al;
   }
-  for (int j = j0; j < j1; ++j) {
-    Vec vv[NV];
-    if constexpr (NV % 2 == 0) {  // whole pairs: the accumulator is in load_pair's order
+  for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
+    const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
+    const VT* v = vr.vb[i] + d;
+    for (int j = jb; j < je; ++j) {
+      const VT* row = v + (j - base) * D;
+      Vec vv[NV];
+      if constexpr (NV % 2 == 0) {  // whole pairs: the accumulator is in load_pair's order
+        PA_UNROLL
+        for (int x = 0; x < NV; x += 2) load_pair(row + x * kV, vv[x], vv[x + 1]);
+      } else {
+        PA_UNROLL
+        for (int x = 0; x < NV; ++x) vv[x] = load_f32(row + x * kV);
+      }
       PA_UNROLL
-      for (int x = 0; x < NV; x += 2) load_pair(v + j * D + d + x * kV, vv[x], vv[x + 1]);
-    } else {
-      PA_UNROLL
-      for (int x = 0; x < NV; ++x) vv[x] = load_f32(v + j * D + d + x * kV);
+      for (int r = 0; r < MR; ++r) {
+        const Vec pb(p[r * prs + j * pts]);
+        PA_UNROLL
+        for (int x = 0; x < NV; ++x) a[r][x] = at::vec::fmadd(pb, vv[x], a[r][x]);
+      }
     }
-    PA_UNROLL
-    for (int r = 0; r < MR; ++r) {
-      const Vec pb(p[r * prs + j * pts]);
-      PA_UNROLL
-      for (int x = 0; x < NV; ++x) a[r][x] = at::vec::fmadd(pb, vv[x], a[r][x]);
-    }
+    jb = je;
   }
   PA_UNROLL
   for (int r = 0; r < MR; ++r)
@@ -271,7 +285,7 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, const VT* v, int6
 }
 
 template <int MR, typename VT>
-inline void pv_rows(const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
+inline void pv_rows(const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
                     int j1, const float* alpha, float* acc) {
   constexpr int NV = MR >= 3 ? 2 : 4;  // as in qk_dot_rows: MR * NV + NV + 1 registers
   int64_t d = 0;
@@ -283,7 +297,7 @@ inline void pv_rows(const float* p, int64_t prs, int64_t pts, const VT* v, int64
 }
 
 template <typename VT>
-inline void pv(int R, const float* p, int64_t prs, int64_t pts, const VT* v, int64_t D, int j0,
+inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
                int j1, const float* alpha, float* acc) {
   int r = 0;
   for (; r + 4 <= R; r += 4)
