@@ -103,8 +103,11 @@ inline __m256i e4m3_8(__m256 y) {  // e4m3_one on 8 lanes
   const __m256i r = _mm256_add_epi32(a, _mm256_add_epi32(_mm256_set1_epi32(0x7ffff), odd));
   const __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, 20), _mm256_set1_epi32(120 << 3));
   const __m256 af = _mm256_castsi256_ps(a);
-  const __m256i sub = _mm256_cvtps_epi32(_mm256_mul_ps(af, _mm256_set1_ps(512.0f)));  // RNE
   const __m256 tiny = _mm256_cmp_ps(af, _mm256_set1_ps(0.015625f), _CMP_LT_OQ);
+  // lanes below 2^-6 are rare in real data (a 1e-4 tail of Gaussian values): only vectors that
+  // have one pay for the fixed-point path (8-9% of the fp8 quant's time)
+  if (_mm256_movemask_ps(tiny) == 0) return _mm256_or_si256(normal, sign);
+  const __m256i sub = _mm256_cvtps_epi32(_mm256_mul_ps(af, _mm256_set1_ps(512.0f)));  // RNE
   const __m256i code = _mm256_blendv_epi8(normal, sub, _mm256_castps_si256(tiny));
   return _mm256_or_si256(code, sign);
 }
@@ -141,6 +144,19 @@ void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m
 #ifdef PA_AVX2
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax0 = _mm256_setzero_ps(), vmax1 = _mm256_setzero_ps();
+  if constexpr (DT == kBF16) {
+    // bf16 pairs in 32-bit words: the odd element is the word with its low half cleared, and
+    // |even| is the word shifted left by 16; the order of the lanes does not matter for a max
+    const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    for (; i + 16 <= len; i += 16) {
+      const __m256i w = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(x) + begin + i));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(w, hi_half));
+      vmax0 = _mm256_max_ps(vmax0, _mm256_and_ps(even, abs_mask));
+      vmax1 = _mm256_max_ps(vmax1, _mm256_and_ps(odd, abs_mask));
+    }
+  }
   for (; i + 16 <= len; i += 16) {  // two chains: max has a latency of several cycles
     vmax0 = _mm256_max_ps(vmax0, _mm256_and_ps(load8<DT>(x, begin + i), abs_mask));
     vmax1 = _mm256_max_ps(vmax1, _mm256_and_ps(load8<DT>(x, begin + i + 8), abs_mask));
