@@ -371,8 +371,16 @@ void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch&
       for (int64_t d = 0; d < D; ++d) w.q[d * Rp + r] = static_cast<float>(src[d]) * st.scale;
     } else {
       float* row = w.q + r * D;
-      for (int64_t d = 0; d < D; ++d)
-        row[pair_split ? pair_split_order(d, D) : d] = static_cast<float>(src[d]) * st.scale;
+      const Vec scale(st.scale);
+      int64_t d = 0;
+      if (pair_split)  // whole chunks of 2 * kV in load_pair's order: even, then odd elements
+        for (; d + 2 * kV <= D; d += 2 * kV) {
+          const auto [even, odd] = at::vec::deinterleave2(load_f32(src + d), load_f32(src + d + kV));
+          (even * scale).store(row + d);
+          (odd * scale).store(row + d + kV);
+        }
+      for (; d + kV <= D; d += kV) (load_f32(src + d) * scale).store(row + d);
+      for (; d < D; ++d) row[d] = static_cast<float>(src[d]) * st.scale;
     }
   }
   if (rows_layout)
@@ -397,14 +405,21 @@ void finish_row(const float* const* acc, const float* m, const float* l, int spl
     denom += wts[s] * l[s];
   }
   const float norm = denom > 0.f ? v_scale / denom : 0.f;
-  alignas(64) float row[kMaxHeadSize];
-  for (int64_t d = 0; d < D; d += kV) {
+  auto weighted = [&](int64_t d) {
     Vec o(0.f);
     for (int s = 0; s < splits; ++s) o = at::vec::fmadd(Vec(wts[s]), Vec::loadu(acc[s] + d), o);
-    (o * Vec(norm)).store(row + d);
-  }
-  for (int64_t d = 0; d < D; ++d)
-    out[d] = static_cast<QT>(row[pair_split ? pair_split_order(d, D) : d]);
+    return o * Vec(norm);
+  };
+  alignas(64) float row[kMaxHeadSize];  // in natural order
+  int64_t d = 0;
+  if (pair_split)  // whole chunks of 2 * kV are even then odd elements: interleave them back
+    for (; d + 2 * kV <= D; d += 2 * kV) {
+      const auto [lo, hi] = at::vec::interleave2(weighted(d), weighted(d + kV));
+      lo.store(row + d);
+      hi.store(row + d + kV);
+    }
+  for (; d < D; d += kV) weighted(d).store(row + d);
+  for (d = 0; d < D; ++d) out[d] = static_cast<QT>(row[d]);
 }
 
 struct Buffers {

@@ -243,7 +243,7 @@ struct VRows {
 };
 
 // acc[r][d..d+NV*kV) = acc * alpha[r] + sum_{j in [j0, j1)} P(r, j) v[j][d..], for MR rows.
-// The accumulator row is in load_pair's order for VT (pair_split_order when kPairSplit<VT>).
+// The accumulator row is in load_pair's order for VT (pair order when kPairSplit<VT>).
 // P(r, j) = p[r * prs + j * pts] (either layout); v rows are [.][D] of type VT. The accumulator
 // stays in registers across all blocks of the run.
 template <int MR, int NV, typename VT>
@@ -291,7 +291,7 @@ inline void pv_rows(const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64
   int64_t d = 0;
   for (; d + NV * kV <= D; d += NV * kV)
     pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
-  // chunks of 2 * kV stay pairs (pair_split_order), only a shorter tail is single
+  // chunks of 2 * kV stay pairs (pair order), only a shorter tail is single
   for (; d + 2 * kV <= D; d += 2 * kV) pv_tile<MR, 2>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
   for (; d < D; d += kV) pv_tile<MR, 1>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
 }

@@ -53,8 +53,10 @@ inline Vec load_f32(const c10::Float8_e4m3fn* p) {
 // 2 * kV consecutive elements at p as two fp32 vectors, in the order dot products use.
 // bf16 on x86 comes out split into even and odd elements ("pair split"): each 32-bit word holds
 // two bf16, so a shift and a mask convert 2 * kV elements in two cheap operations instead of
-// four shuffles and shifts. Whoever multiplies these must hold its operand in the same order
-// (see pair_split_order); every other case keeps the natural order.
+// four shuffles and shifts. Whoever multiplies these must hold its operand in the same order,
+// "pair order": each whole chunk of 2 * kV elements holds its even elements, then its odd ones
+// (at::vec::deinterleave2 of the chunk's two vectors), and a shorter tail keeps its place. Every
+// other case keeps the natural order.
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
 template <typename T>
 constexpr bool kPairSplit = std::is_same_v<T, c10::BFloat16>;
@@ -74,15 +76,6 @@ inline void load_pair(const T* p, Vec& first, Vec& second) {
     first = load_f32(p);
     second = load_f32(p + kV);
   }
-}
-
-// Where element d of a row goes when the row is stored in load_pair's order: whole chunks of
-// 2 * kV are split into even then odd elements; a shorter tail keeps its place.
-inline int64_t pair_split_order(int64_t d, int64_t D) {
-  const int64_t chunk = 2 * kV, base = d / chunk * chunk;
-  if (base + chunk > D) return d;
-  const int64_t i = d - base;
-  return base + (i % 2) * kV + i / 2;
 }
 
 inline float reduce_add(const Vec& v) {
