@@ -22,6 +22,7 @@ from plugin_api.bench.harness import (
     sysfs_llc,
 )
 from plugin_api.bench.machine import isa_flags
+from plugin_api.bench.report import header_lines
 
 MiB = 1 << 20
 
@@ -151,6 +152,51 @@ def test_roofline_classification_and_fractions():
         intensity(1, 0)
     with pytest.raises(ValueError, match="positive"):
         Ceilings(bandwidth=0.0, peak_flops=1.0)
+
+
+def test_the_copy_ceiling_is_the_best_measurement_and_its_drift_is_reported():
+    start = Ceilings(bandwidth=15e9, peak_flops=150e9, copy_rates=(15e9,))
+    assert start.copy_drift == 0.0
+    end = start.rechecked(20e9)
+    assert end.bandwidth == 20e9 and end.copy_rates == (15e9, 20e9)
+    assert end.copy_drift == pytest.approx(1 / 3)  # 20 / 15 - 1
+    assert start.rechecked(12e9).bandwidth == 15e9  # a slower recheck never lowers it
+    # 1 GB in 0.1 s is 10 GB/s: half the ceiling after the recheck, not two thirds
+    assert end.fraction(flops=10**9, nbytes=10**9, seconds=0.1) == pytest.approx(0.5)
+    # the bound a case ran with is kept, even where the new ridge (7.5) would classify it
+    # differently (intensity 8 FLOP/B: compute by the new ridge, memory as it ran)
+    assert end.fraction(8 * 10**9, 10**9, 0.1, "memory") == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="positive"):
+        start.rechecked(0.0)
+
+
+def test_the_header_shows_both_copy_measurements_and_warns_of_drift():
+    data = {
+        "backend": "b",
+        "device": "cpu",
+        "machine": {
+            "cpu_model": "x",
+            "arch": "x86_64",
+            "cpu_count": 2,
+            "isa_flags": ["avx2"],
+            "torch": "2.13.0",
+            "threads": 2,
+        },
+        "ceilings": {
+            "bandwidth_bytes_per_s": 20e9,
+            "peak_flops_per_s": 150e9,
+            "ridge_flops_per_byte": 7.5,
+            "matmul": [{"dtype": "float32", "size": 512, "flops_per_s": 150e9}],
+            "copy": {"rates_bytes_per_s": [15e9, 20e9], "drift": 1 / 3},
+        },
+        "eviction": {"llc_bytes": 32 << 20, "llc_source": "sysfs", "buffer_bytes": 64 << 20},
+        "method": {"caches": "cold", "quick": False},
+    }
+    lines = header_lines(data)
+    assert "copy 20.00 GB/s (best of 15.00, 20.00: start, end)" in lines[2]
+    assert any(line.startswith("note: the copy bandwidth moved by 33%") for line in lines)
+    data["ceilings"]["copy"] = {"rates_bytes_per_s": [19e9, 20e9], "drift": 20 / 19 - 1}
+    assert not any(line.startswith("note:") for line in header_lines(data))
 
 
 def test_quick_lm_head_is_memory_bound_on_a_cpu_like_roofline():

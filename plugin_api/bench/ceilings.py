@@ -2,6 +2,9 @@
 
 - memory bandwidth: ``dst.copy_(src)`` between two preallocated tensors larger than the
   last-level cache; bytes moved = read + write = ``2 * src.nbytes`` (the STREAM convention).
+  Measured before the cases and again after them; the ceiling is the better of the two (a
+  shared machine's bandwidth can move by tens of percent within minutes, and a ceiling taken in
+  a slow moment would flatter every case), and the report shows how far it moved.
 - matmul rate: ``torch.mm(a, b.t(), out=c)`` (the linear layout), fp32 and bf16, square sizes
   growing until one call takes long enough; the best rate of any dtype and size is the ceiling.
 
@@ -12,7 +15,7 @@ memory-bound and judged against the bandwidth; at or above it, against the matmu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -46,10 +49,26 @@ class Ceilings:
     copy_bytes: int = 0  # bytes moved per copy (2 x buffer)
     copy_stats: Stats | None = None
     matmul: tuple[MatmulPoint, ...] = ()
+    # every copy bandwidth measured in the run, in order (the first gave copy_stats)
+    copy_rates: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.bandwidth > 0 and self.peak_flops > 0):
             raise ValueError(f"Ceilings: both must be positive, got {self}")
+
+    def rechecked(self, bandwidth: float) -> Ceilings:
+        """These ceilings with one more copy measurement: the bandwidth is the best seen."""
+        if not bandwidth > 0:
+            raise ValueError(f"Ceilings.rechecked: bandwidth={bandwidth} must be positive")
+        rates = (*(self.copy_rates or (self.bandwidth,)), bandwidth)
+        return replace(self, bandwidth=max(rates), copy_rates=rates)
+
+    @property
+    def copy_drift(self) -> float:
+        """How far the copy bandwidth moved during the run: best / worst - 1 (0 when it was
+        measured once)."""
+        rates = self.copy_rates or (self.bandwidth,)
+        return max(rates) / min(rates) - 1
 
     @property
     def ridge(self) -> float:
@@ -75,10 +94,13 @@ class Ceilings:
         """The roofline: the FLOP/s a case of this intensity can reach at best."""
         return min(self.peak_flops, intensity(flops, nbytes) * self.bandwidth)
 
-    def fraction(self, flops: int, nbytes: int, seconds: float) -> float:
+    def fraction(
+        self, flops: int, nbytes: int, seconds: float, bound: Bound | None = None
+    ) -> float:
         """Achieved share of the relevant ceiling: bytes/s over the bandwidth when memory-bound,
-        FLOP/s over the matmul rate when compute-bound."""
-        if self.classify(flops, nbytes) == "memory":
+        FLOP/s over the matmul rate when compute-bound. ``bound``: as the case was classified
+        when it ran (default: by these ceilings)."""
+        if (bound or self.classify(flops, nbytes)) == "memory":
             return nbytes / seconds / self.bandwidth
         return flops / seconds / self.peak_flops
 
@@ -147,4 +169,4 @@ def measure_ceilings(
     bandwidth, moved, copy_stats = measure_bandwidth(device, buffer_bytes, method, sync)
     points = measure_matmul(device, method, sync, stop_after_s=stop_after_s, sizes=sizes)
     best = max(p.rate for p in points)
-    return Ceilings(bandwidth, best, moved, copy_stats, points)
+    return Ceilings(bandwidth, best, moved, copy_stats, points, (bandwidth,))

@@ -71,7 +71,7 @@ def case_dict(r: CaseResult, ceilings: Ceilings) -> dict[str, Any]:
     d["time_s"] = stats_dict(r.stats)
     d["bytes_per_s"] = nbytes / t
     d["flops_per_s"] = flops / t
-    d["fraction_of_ceiling"] = ceilings.fraction(flops, nbytes, t)
+    d["fraction_of_ceiling"] = ceilings.fraction(flops, nbytes, t, r.bound)
     d["baselines"] = {}
     for b in r.baselines:
         entry: dict[str, Any] = {"description": b.description}
@@ -116,9 +116,12 @@ def run_dict(run: BenchRun) -> dict[str, Any]:
             "peak_flops_per_s": c.peak_flops,
             "ridge_flops_per_byte": c.ridge,
             "copy": {
-                "method": "dst.copy_(src), preallocated; bytes = 2 x buffer (read + write)",
+                "method": "dst.copy_(src), preallocated; bytes = 2 x buffer (read + write); "
+                "before the cases and again after them, the best is the ceiling",
                 "bytes": c.copy_bytes,
                 "time_s": stats_dict(c.copy_stats) if c.copy_stats else None,
+                "rates_bytes_per_s": list(c.copy_rates or (c.bandwidth,)),
+                "drift": c.copy_drift,
             },
             "matmul": [
                 {
@@ -171,15 +174,32 @@ def header_lines(data: dict[str, Any]) -> list[str]:
         f"machine: {m['cpu_model']} ({m['arch']}, {m['cpu_count']} cpus, "
         f"{' '.join(f for f in m['isa_flags'] if f.startswith(('avx', 'amx', 'sve')))}), "
         f"torch {m['torch']}, {m['threads']} threads",
-        f"ceilings: copy {c['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, matmul "
-        f"{c['peak_flops_per_s'] / 1e9:.2f} GFLOP/s ({best['dtype']} n={best['size']}), ridge "
-        f"{c['ridge_flops_per_byte']:.2f} FLOP/B",
+        f"ceilings: copy {c['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s{_copy_rates(c['copy'])}, "
+        f"matmul {c['peak_flops_per_s'] / 1e9:.2f} GFLOP/s ({best['dtype']} n={best['size']}), "
+        f"ridge {c['ridge_flops_per_byte']:.2f} FLOP/B",
         f"caches: {data['method']['caches']}; LLC {ev['llc_bytes'] >> 20} MiB "
         f"({ev['llc_source']}), eviction buffer {ev['buffer_bytes'] >> 20} MiB",
     ]
+    drift = c["copy"].get("drift", 0.0)
+    if drift > DRIFT_WARNING:
+        lines.append(
+            f"note: the copy bandwidth moved by {100 * drift:.0f}% between the start and the end "
+            "of this run (a busy or shared machine): figures from it are that uncertain"
+        )
     if data["method"]["quick"]:
         lines.append(data["method"]["quick_trims"])
     return lines
+
+
+# Above this, the header says the machine's bandwidth moved during the run.
+DRIFT_WARNING = 0.10
+
+
+def _copy_rates(copy: dict[str, Any]) -> str:
+    rates = copy.get("rates_bytes_per_s") or []
+    if len(rates) < 2:
+        return ""
+    return " (best of " + ", ".join(f"{r / 1e9:.2f}" for r in rates) + ": start, end)"
 
 
 COLUMNS = ("case", "impl", "mode", "median", "p10..p90", "GB/s", "GFLOP/s", "bound", "ceil%")
