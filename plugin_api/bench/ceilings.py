@@ -60,14 +60,19 @@ class Ceilings:
         """These ceilings with one more copy measurement: the bandwidth is the best seen."""
         if not bandwidth > 0:
             raise ValueError(f"Ceilings.rechecked: bandwidth={bandwidth} must be positive")
-        rates = (*(self.copy_rates or (self.bandwidth,)), bandwidth)
+        rates = (*self.copy_rates_seen, bandwidth)
         return replace(self, bandwidth=max(rates), copy_rates=rates)
+
+    @property
+    def copy_rates_seen(self) -> tuple[float, ...]:
+        """The copy bandwidths measured, in order (``bandwidth`` alone when none was recorded)."""
+        return self.copy_rates or (self.bandwidth,)
 
     @property
     def copy_drift(self) -> float:
         """How far the copy bandwidth moved during the run: best / worst - 1 (0 when it was
         measured once)."""
-        rates = self.copy_rates or (self.bandwidth,)
+        rates = self.copy_rates_seen
         return max(rates) / min(rates) - 1
 
     @property

@@ -120,7 +120,7 @@ def run_dict(run: BenchRun) -> dict[str, Any]:
                 "before the cases and again after them, the best is the ceiling",
                 "bytes": c.copy_bytes,
                 "time_s": stats_dict(c.copy_stats) if c.copy_stats else None,
-                "rates_bytes_per_s": list(c.copy_rates or (c.bandwidth,)),
+                "rates_bytes_per_s": list(c.copy_rates_seen),
                 "drift": c.copy_drift,
             },
             "matmul": [

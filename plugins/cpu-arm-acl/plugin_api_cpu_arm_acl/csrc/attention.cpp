@@ -227,40 +227,47 @@ struct Step {
   const int32_t* seq_lens;
 };
 
+// Where an item's K and V rows are: block b's K of the item's first KV head; head i of the item
+// is i * head further, and a head's V is kv further than its K.
+template <typename KT>
+struct ItemBlocks {
+  const KT* cache;
+  const int32_t* table;  // the request's row of the block table
+  int64_t kv_heads, first_head, head, kv;
+  const KT* k(int64_t b) const {
+    return cache + (static_cast<int64_t>(table[b]) * 2 * kv_heads + first_head) * head;
+  }
+};
+
 // The dot layout over runs of whole blocks (run_blocks): the scores of every block and KV head
 // of the run, one softmax pass per row, then P.V with the accumulators in registers across the
 // run's blocks (per 16-key block instead, each row paid its max/exp/sum reductions and a reload
 // of its accumulator every 16 keys). Rows of KV head i of the item: [i * Rh, (i + 1) * Rh).
 template <typename KT>
-void attend_dot(const Step& st, const int32_t* item, const KT* cache, Scratch& w, int R,
-                const int32_t* table, int64_t first, int64_t last) {
+void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w, int R,
+                int64_t first, int64_t last) {
   const Geometry& g = st.g;
   const int64_t D = g.dim, bs = g.block, heads = item[kHeads];
   const int Rh = R / static_cast<int>(heads);
   const int64_t k0 = item[kK0], k1 = item[kK1];
-  const int64_t head_stride = bs * D, kv_stride = g.kv_heads * head_stride;
   const int64_t run = run_blocks(bs, heads, D, sizeof(KT)), lds = run * bs;
-  // K of the item's first KV head in block b; head i is i * head_stride further
-  auto k_of = [&](int64_t b) {
-    return cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) * head_stride;
-  };
   const KT* vb[kMaxHeadGroup][kRunKeys / 16];
-  const KT* kp = k_of(first);
+  const KT* kp = kv.k(first);
   for (int64_t c = first; c <= last; c += run) {
     const int64_t c_end = std::min(last + 1, c + run), kc = c * bs;
     const int cj0 = static_cast<int>(std::max<int64_t>(k0 - kc, 0));
     const int cj1 = static_cast<int>(std::min<int64_t>(k1 - kc, (c_end - c) * bs));
     for (int64_t b = c; b < c_end; ++b) {
       const int i = static_cast<int>(b - c), off = i * static_cast<int>(bs);
-      const KT* next = b < last ? k_of(b + 1) : nullptr;
+      const KT* next = b < last ? kv.k(b + 1) : nullptr;
       const int j0 = std::max(cj0 - off, 0), j1 = std::min(cj1 - off, static_cast<int>(bs));
       // heads in cache order, so that the block's K (and, prefetched, the next block's K and
       // V) is read front to back
       for (int64_t h = 0; h < heads; ++h) {
-        const KT* kh = kp + h * head_stride;
-        vb[h][i] = kh + kv_stride;
-        const KT* next_k = next ? next + h * head_stride : nullptr;
-        const KT* next_v = next ? next_k + kv_stride : nullptr;
+        const KT* kh = kp + h * kv.head;
+        vb[h][i] = kh + kv.kv;
+        const KT* next_k = next ? next + h * kv.head : nullptr;
+        const KT* next_v = next ? next_k + kv.kv : nullptr;
         qk_dot(Rh, w.q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k,
                next_v);
       }
@@ -281,25 +288,20 @@ void attend_dot(const Step& st, const int32_t* item, const KT* cache, Scratch& w
 // The rows layout, one block at a time: the block's K and V widened to fp32 once, then scores,
 // softmax and P.V vectorised over query rows. min_hi/max_lo: every row sees [max_lo, min_hi).
 template <typename KT>
-void attend_rows(const Step& st, const int32_t* item, const KT* cache, Scratch& w, int R,
-                 int64_t Rp, const int32_t* table, int64_t first, int64_t last, float min_hi,
-                 float max_lo) {
+void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w, int R,
+                 int64_t Rp, int64_t first, int64_t last, float min_hi, float max_lo) {
   const Geometry& g = st.g;
   const int64_t D = g.dim, bs = g.block;
   const int64_t k0 = item[kK0], k1 = item[kK1];
-  const int64_t head_stride = bs * D, kv_stride = g.kv_heads * head_stride;
-  auto k_of = [&](int64_t b) {
-    return cache + (static_cast<int64_t>(table[b]) * 2 * g.kv_heads + item[kKvh]) * head_stride;
-  };
   const float* vf = w.vf;
   for (int64_t b = first; b <= last; ++b) {
     const int64_t kb = b * bs;
     const int j0 = static_cast<int>(std::max<int64_t>(k0 - kb, 0));
     const int j1 = static_cast<int>(std::min<int64_t>(k1 - kb, bs));
-    const KT* kp = k_of(b);
-    const KT* vp = kp + kv_stride;
-    const KT* next_k = b < last ? k_of(b + 1) : nullptr;
-    const KT* next_v = next_k ? next_k + kv_stride : nullptr;
+    const KT* kp = kv.k(b);
+    const KT* vp = kp + kv.kv;
+    const KT* next_k = b < last ? kv.k(b + 1) : nullptr;
+    const KT* next_v = next_k ? next_k + kv.kv : nullptr;
     for (int j = 0; j < bs; ++j) {
       float* kr = w.kf + j * D;
       if (j < j0 || j >= j1) {
@@ -349,12 +351,13 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
     min_hi = std::min(min_hi, w.hi[r]);
     max_lo = std::max(max_lo, w.lo[r]);
   }
-  const int32_t* table = st.block_table + item[kSeq] * st.bt_stride;
+  const ItemBlocks<KT> kv{cache, st.block_table + item[kSeq] * st.bt_stride, g.kv_heads,
+                          item[kKvh], bs * D, g.kv_heads * bs * D};
   const int64_t first = k0 / bs, last = (k1 - 1) / bs;
   if (rows_layout)
-    attend_rows(st, item, cache, w, R, Rp, table, first, last, min_hi, max_lo);
+    attend_rows(st, item, kv, w, R, Rp, first, last, min_hi, max_lo);
   else
-    attend_dot(st, item, cache, w, R, table, first, last);
+    attend_dot(st, item, kv, w, R, first, last);
 }
 
 // Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
@@ -375,7 +378,8 @@ void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch&
       int64_t d = 0;
       if (pair_split)  // whole chunks of 2 * kV in load_pair's order: even, then odd elements
         for (; d + 2 * kV <= D; d += 2 * kV) {
-          const auto [even, odd] = at::vec::deinterleave2(load_f32(src + d), load_f32(src + d + kV));
+          const auto [even, odd] =
+              at::vec::deinterleave2(load_f32(src + d), load_f32(src + d + kV));
           (even * scale).store(row + d);
           (odd * scale).store(row + d + kV);
         }
