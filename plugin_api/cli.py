@@ -77,6 +77,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     ops = ops_report(backend)
     data["ops"] = ops
     text += ["", ops_text(backend, ops)]
+    if sel.device_type == "cpu" and not args.device_info:  # a fact of this machine's kernel
+        from .ops.huge_pages import kv_cache_pages, thp_mode
+
+        pages = kv_cache_pages(thp_mode())
+        data["kv_cache_pages"] = pages
+        text += [
+            "",
+            f"KV cache pages: {'huge' if pages['huge_pages'] else '4 KB'} ({pages['reason']})",
+        ]
     if args.bench:
         from .bench.cli import doctor_bench
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from plugin_api.ops.huge_pages import kv_cache_pages, thp_mode
+
 from .distributions import write_plugin
 
 ALL_IDS = {"reference", "cpu-arm-acl", "xpu", "cuda-sm90", "rocm"}
@@ -40,6 +42,8 @@ def test_doctor_json_on_this_machine():
         assert layer["chosen"]["path"] == "reference", layer
         if layer["family"] == "attention":
             assert layer["graph"]["level"] == "NEVER" and layer["graph"]["reason"]
+    # a CPU backend: the report says whether KV caches get huge pages on this kernel
+    assert data["kv_cache_pages"] == kv_cache_pages(thp_mode())
 
 
 def test_doctor_text_is_readable():
@@ -78,6 +82,7 @@ def test_what_if_h200():
     assert data["what_if"] is True
     cuda = next(p for p in data["plugins"] if p["id"] == "cuda-sm90")
     assert cuda["state"] == "validated" and data["selection"]["backend"] == "cuda-sm90"
+    assert "kv_cache_pages" not in data  # this kernel's THP mode says nothing of that machine
 
 
 def test_what_if_from_a_file(tmp_path: Path):

@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from plugin_api.ops.attention import AttentionSpec, allocate_kv_cache
-from plugin_api.ops.huge_pages import HUGE_PAGE, MADV_HUGEPAGE, advise_huge_pages
+from plugin_api.ops.huge_pages import (
+    HUGE_PAGE,
+    MADV_HUGEPAGE,
+    advise_huge_pages,
+    kv_cache_pages,
+    thp_mode,
+)
 
 linux = pytest.mark.skipif(
     sys.platform != "linux" or MADV_HUGEPAGE is None, reason="madvise(MADV_HUGEPAGE) is Linux's"
@@ -45,3 +51,31 @@ def test_a_large_cache_carries_the_advice_and_starts_zeroed():
     assert any(lo <= inner and inner + HUGE_PAGE <= hi for lo, hi in advised_ranges())
     assert inner + HUGE_PAGE <= end
     assert not cache.data.any()
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("always [madvise] never\n", "madvise"),
+        ("[always] madvise never\n", "always"),
+        ("always madvise [never]\n", "never"),
+        ("always madvise never\n", None),  # no choice marked: not a file we understand
+    ],
+)
+def test_thp_mode_is_the_bracketed_word(tmp_path: Path, text: str, mode: str | None):
+    f = tmp_path / "enabled"
+    f.write_text(text)
+    assert thp_mode(f) == mode
+
+
+def test_thp_mode_of_a_missing_file_is_none(tmp_path: Path):
+    assert thp_mode(tmp_path / "absent") is None
+
+
+def test_kv_cache_pages_says_why():
+    assert kv_cache_pages("madvise")["huge_pages"] is True
+    assert kv_cache_pages("always")["huge_pages"] is True
+    never = kv_cache_pages("never")
+    assert never["huge_pages"] is False and "echo madvise >" in str(never["reason"])
+    unknown = kv_cache_pages(None)
+    assert unknown["huge_pages"] is False and "not readable" in str(unknown["reason"])

@@ -16,12 +16,41 @@ import ctypes.util
 import functools
 import mmap
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 HUGE_PAGE = 2 << 20
 # Python's mmap names the flag only where the platform has it.
 MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
+THP_MODE_FILE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def thp_mode(path: Path = THP_MODE_FILE) -> str | None:
+    """The kernel's transparent-huge-page mode (``always``, ``madvise`` or ``never``): the word
+    in brackets of ``path``, e.g. "always [madvise] never". None where it cannot be read."""
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return None
+    chosen = [w[1:-1] for w in words if w.startswith("[") and w.endswith("]")]
+    return chosen[0] if len(chosen) == 1 else None
+
+
+def kv_cache_pages(mode: str | None) -> dict[str, object]:
+    """What ``allocate_kv_cache`` gets on a machine in THP ``mode``, for the selection report."""
+    if mode in ("always", "madvise"):
+        why = f"THP mode {mode!r}: allocate_kv_cache asks for huge pages before the first write"
+        return {"thp_mode": mode, "huge_pages": True, "reason": why}
+    if mode == "never":
+        why = (
+            "THP mode 'never': CPU KV caches get 4 KB pages, a TLB miss on nearly every block "
+            "read (enable with: echo madvise > " + str(THP_MODE_FILE) + ")"
+        )
+        return {"thp_mode": mode, "huge_pages": False, "reason": why}
+    return {"thp_mode": None, "huge_pages": False, "reason": f"{THP_MODE_FILE} is not readable"}
 
 
 @functools.cache
