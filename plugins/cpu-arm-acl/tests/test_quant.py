@@ -58,3 +58,27 @@ def test_every_fp8_code_round_trips(onednn_backend):
     q, s = per_token_group_quant(x, k, FP8, backend=onednn_backend)
     assert s.item() == 1.0
     assert torch.equal(q.view(torch.uint8), x.to(FP8).view(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+def test_groups_with_a_subnormal_scale_are_clamped(onednn_backend, dtype):
+    """A group of subnormal values gets a subnormal scale, whose rounding error can push x / s
+    past qmax: the kernel's fast path (no clamp) must not take such groups."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 256, generator=g) * torch.logspace(-42, -36, 8).unsqueeze(1)
+    x[:, 0] = torch.logspace(-42, -36, 8)  # each row's largest magnitude, positive
+    spec = QuantSpec(256, 64, torch.float32, dtype, False, False)
+    q, s = per_token_group_quant(x, 64, dtype, 1e-45, backend=onednn_backend)
+    want_q, want_s = torch.empty_like(q), scales_like(8, 4, False, torch.device("cpu"))
+    ReferenceQuant().quantize(spec, x, 1e-45, want_q, want_s)
+    assert torch.equal(s, want_s) and (s < torch.finfo(torch.float32).tiny).any()
+    assert torch.equal(_bits(q), _bits(want_q))
+    assert (x / s.repeat_interleave(64, dim=1)).abs().max() > (127 if dtype == torch.int8 else 448)
+
+
+def test_a_nan_makes_its_group_scale_nan_like_the_reference(onednn_backend):
+    x = torch.randn(2, 256)
+    x[0, 5] = float("nan")  # early in the group, followed by numbers
+    x[1, 200] = float("nan")
+    _, s = per_token_group_quant(x, 128, torch.int8, backend=onednn_backend)
+    assert s.isnan().tolist() == [[True, False], [False, True]]
