@@ -10,7 +10,7 @@ import torch
 
 from plugin_api.backend import backend_for
 from plugin_api.contract import OpFamily
-from plugin_api.device_info import read_device_info
+from plugin_api.device_info import DeviceInfo, read_device_info
 from plugin_api.errors import FallbackRefused
 from plugin_api.machines import MACHINES
 from plugin_api.ops import gemm
@@ -20,11 +20,11 @@ from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
 from plugin_api_cpu_arm_acl.gemm import OneDnnGemm
-from plugin_api_cpu_arm_acl.isa import bf16_matmul
+from plugin_api_cpu_arm_acl.isa import bf16_matmul, int8_matmul_exact, int8_panel_exact
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
 from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
 
-BF16, F32, S8 = torch.bfloat16, torch.float32, torch.int8
+BF16, F16, F32, S8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 AVX2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "fma", "f16c"}))
 # the named example lists the flags that pick oneDNN kernels; a Sapphire Rapids also has these
 AMX = dataclasses.replace(
@@ -42,8 +42,9 @@ def _rand(*shape: int, seed: int, scale: float = 1.0, dtype: torch.dtype = BF16)
 
 # Per implementation: the base call's weight dtype, and a call per GemmProblem field that
 # changes that field (kwargs of `call` below). A field whose change needs a kernel this CPU
-# lacks is left out; together the two implementations cover every field here.
-def _variations(impl_name: str, native_bf16: bool) -> tuple[torch.dtype, dict[str, dict]]:
+# lacks is left out; on any CPU the two implementations together cover every field (the panel
+# serves what oneDNN does not: bf16 and exact int8 on AVX2, only fp16 where oneDNN has both).
+def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype, dict[str, dict]]:
     common = {
         "m": dict(m=4),
         "n": dict(n=80),
@@ -53,16 +54,17 @@ def _variations(impl_name: str, native_bf16: bool) -> tuple[torch.dtype, dict[st
         "usage": dict(usage="lm_head"),
         "variant": dict(threads=1),
     }
+    int8 = {"a_dtype": dict(wdt=S8), "b_dtype": dict(wdt=S8), "scaled": dict(wdt=S8)}
     if impl_name == "panel":
-        return BF16, common | {
-            "a_dtype": dict(wdt=S8),
-            "b_dtype": dict(wdt=S8),
-            "scaled": dict(wdt=S8),
+        if bf16_matmul(host):
+            return F16, common | {"c_dtype": dict(odt=F16), "bias_dtype": dict(bias=F16)}
+        exact_int8 = int8 if int8_panel_exact(host) and not int8_matmul_exact(host) else {}
+        return BF16, common | exact_int8 | {
             "c_dtype": dict(odt=BF16),
             "bias_dtype": dict(bias=BF16),
         }
-    extra = {"bias_dtype": dict(bias=F32)}
-    if native_bf16:
+    extra = {"bias_dtype": dict(bias=F32)} | (int8 if int8_matmul_exact(host) else {})
+    if bf16_matmul(host):
         extra |= {"b_dtype": dict(wdt=BF16), "c_dtype": dict(wdt=BF16, odt=BF16)}
     return F32, common | extra
 
@@ -72,7 +74,7 @@ def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
     """Real calls that differ in one descriptor field each get their own cached primitive."""
     host = read_device_info()
     impl = OneDnnGemm(threads=2) if impl_name == "onednn" else PanelGemm(threads=2)
-    base_wdt, variations = _variations(impl_name, bf16_matmul(host))
+    base_wdt, variations = _variations(impl_name, host)
     prim_of: dict[GemmProblem, object] = {}
     packed: dict[tuple, object] = {}
 
@@ -122,9 +124,11 @@ def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
     assert again == base and added == 0
 
 
-def test_panel_covers_every_problem_field():
-    _, variations = _variations("panel", native_bf16=False)
-    assert set(variations) == {f.name for f in dataclasses.fields(GemmProblem)}
+@pytest.mark.parametrize("host", [AVX2, AMX, NEOVERSE_N1], ids=["avx2", "amx", "neoverse-n1"])
+def test_the_two_implementations_cover_every_problem_field(host):
+    fields = {f.name for f in dataclasses.fields(GemmProblem)}
+    covered = set(_variations("panel", host)[1]) | set(_variations("onednn", host)[1])
+    assert covered == fields, fields - covered
 
 
 def test_bf16_out_is_one_downcast_of_the_fp32_accumulator(onednn_backend):
