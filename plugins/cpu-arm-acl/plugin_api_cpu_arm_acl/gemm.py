@@ -17,6 +17,7 @@ Kernels, by weight dtype:
 
 from __future__ import annotations
 
+import platform
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,7 @@ class OneDnnGemm:
         threads: int | None = None,
         cache_capacity: int = 256,
     ) -> None:
-        self.policy = LmHeadPolicy() if policy is None else policy
+        self.policy = policy  # None: LmHeadPolicy.default_for the machine
         if threads is not None:
             checks.positive_int("OneDnnGemm", "threads", threads)
         self.threads = threads
@@ -102,7 +103,10 @@ class OneDnnGemm:
                 f"bf16: {isa_name(info)} has no oneDNN bf16 matmul (every implementation reports "
                 "'unsupported isa')"
             )
-        policy = f"LmHeadPolicy: {self.policy.describe()} (PLUGIN_API_ONEDNN_LM_HEAD)"
+        source = (
+            "PLUGIN_API_ONEDNN_LM_HEAD" if self.policy is not None else f"default on {info.machine}"
+        )
+        policy = f"LmHeadPolicy: {self.policy_for(info.machine).describe()} ({source})"
         if spec.out_dtype == F32:
             return Decision.accept(
                 "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", policy
@@ -113,7 +117,11 @@ class OneDnnGemm:
         """The primitive's dst type for ``m`` rows; bf16 out with an f32 dst is one downcast."""
         if spec.out_dtype == F32 or spec.weight_dtype != BF16:
             return F32
-        return F32 if self.policy.f32_dst(m, spec.n) else BF16
+        return F32 if self.policy_for(platform.machine()).f32_dst(m, spec.n) else BF16
+
+    def policy_for(self, machine: str) -> LmHeadPolicy:
+        """The policy given, else the measured default for ``machine``."""
+        return LmHeadPolicy.default_for(machine) if self.policy is None else self.policy
 
     # ---- running -------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 - ``PLUGIN_API_ONEDNN_ROOT``: a oneDNN install prefix (``lib/libdnnl.so*``, ``include/``), e.g. one
   built with ACL on aarch64. Unset: the ``onednn-cpu-gomp`` wheels (x86_64).
 - ``PLUGIN_API_ONEDNN_THREADS``: OpenMP threads for the plugin's kernels (default: torch's count).
-- ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9``.
+- ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9`` or ``off``
+  (default: ``LmHeadPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
 """
 
@@ -15,6 +16,8 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from plugin_api.errors import SettingError
+
+from .isa import X86
 
 ROOT = "PLUGIN_API_ONEDNN_ROOT"
 THREADS = "PLUGIN_API_ONEDNN_THREADS"
@@ -29,31 +32,47 @@ PANEL_ISAS = ("auto", "avx2", "generic")
 class LmHeadPolicy:
     """When a bf16-output GEMM runs the bf16 x bf16 -> f32 kernel plus one downcast copy.
 
-    The f32-dst kernel is chosen iff ``N >= min_n`` and ``M >= min_m``; otherwise the
-    bf16-dst kernel runs. fp32 output always comes from the f32-dst kernel (it is the
-    accumulator). The defaults are upstream's Neoverse-V3 measurements (vllm#55352: the f32-dst
-    ACL kernel is 1.6-1.9x faster from M=9, but up to 10% slower at M <= 8 with 64-96 threads;
-    the gate there was N >= 64000). They could not be re-measured here: an AVX2-only CPU has no
-    oneDNN bf16 kernel at all (see ``isa``); the panel GEMM serves bf16 there (``PanelPolicy``).
+    The f32-dst kernel is chosen iff ``enabled`` and ``N >= min_n`` and ``M >= min_m``;
+    otherwise the bf16-dst kernel runs. fp32 output always comes from the f32-dst kernel (it is
+    the accumulator). ``default_for`` gives each architecture its measured default.
     """
 
     min_n: int = 64000
     min_m: int = 9
+    enabled: bool = True
 
     def __post_init__(self) -> None:
         _check_ints(self)
 
     def f32_dst(self, m: int, n: int) -> bool:
-        return n >= self.min_n and m >= self.min_m
+        return self.enabled and n >= self.min_n and m >= self.min_m
 
     def describe(self) -> str:
+        if not self.enabled:
+            return "bf16 out always runs the bf16-dst kernel"
         n, m = self.min_n, self.min_m
         return f"bf16 out runs the f32-dst kernel + one downcast when N >= {n} and M >= {m}"
 
     @classmethod
     def parse(cls, text: str) -> LmHeadPolicy:
-        """``"min_n=64000,min_m=9"``; omitted keys keep their defaults."""
+        """``"min_n=64000,min_m=9"`` (omitted keys keep their defaults) or ``"off"``."""
+        if text.strip() == "off":
+            return cls(enabled=False)
         return _parse(cls, LM_HEAD, text)
+
+    @classmethod
+    def default_for(cls, machine: str) -> LmHeadPolicy:
+        """The measured default for an architecture (``platform.machine()`` spelling).
+
+        - Arm: upstream's Neoverse-V3 gate (vllm#55352): ACL's fastest bf16 kernel exists only
+          as bf16:bf16:f32, 1.6-1.9x faster from M=9 but up to 10% slower at M <= 8 with 64-96
+          threads; the gate there was N >= 64000. Not re-measured here (no Arm machine).
+        - x86 (AVX-512 BF16; AVX2 has no oneDNN bf16 kernel): off. On a 2-core Zen 4, 2 threads,
+          f32 dst + downcast took 0.93-1.07x the bf16-dst kernel's time at N = 32000 and
+          128256, M = 1..64 (median 1.01x): oneDNN's x86 bf16 kernels accumulate in f32 for
+          either dst, so the gate would only add the downcast.
+        """
+        return cls(enabled=False) if machine in X86 else cls()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +121,8 @@ def _check_ints(policy: object) -> None:
 
 def _parse(cls: type[P], env: str, text: str) -> P:
     """``key=value`` pairs separated by commas into ``cls``; int fields parsed as integers."""
-    types = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+    # bool fields have their own spelling (LmHeadPolicy's "off"), not key=value
+    types = {f.name: f.type for f in fields(cls) if f.type != "bool"}  # type: ignore[arg-type]
     values: dict[str, int | str] = {}
     for part in text.split(","):
         key, sep, raw = part.partition("=")
@@ -129,7 +149,7 @@ def _parse(cls: type[P], env: str, text: str) -> P:
 class PluginSettings:
     root: str | None = None
     threads: int | None = None  # None: torch.get_num_threads() at call time
-    lm_head: LmHeadPolicy = LmHeadPolicy()
+    lm_head: LmHeadPolicy | None = None  # None: LmHeadPolicy.default_for the machine
     panel: PanelPolicy = PanelPolicy()
 
 
@@ -144,6 +164,6 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
         if not raw.strip().isdigit() or int(raw) < 1:
             raise SettingError(f"{THREADS}={raw!r} must be a positive integer")
         threads = int(raw)
-    policy = LmHeadPolicy.parse(env[LM_HEAD]) if LM_HEAD in env else LmHeadPolicy()
+    policy = LmHeadPolicy.parse(env[LM_HEAD]) if LM_HEAD in env else None
     panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else PanelPolicy()
     return PluginSettings(env.get(ROOT), threads, policy, panel)

@@ -26,7 +26,36 @@ def test_descriptor_declares_every_setting():
 
 def test_defaults():
     s = settings.read({})
-    assert s == settings.PluginSettings(None, None, LmHeadPolicy(64000, 9), PanelPolicy())
+    assert s == settings.PluginSettings(None, None, None, PanelPolicy())
+    assert LmHeadPolicy.default_for("aarch64") == LmHeadPolicy(64000, 9)
+    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False)
+
+
+def test_off_turns_the_f32_dst_gate_off():
+    off = settings.read({settings.LM_HEAD: " off "}).lm_head
+    assert off == LmHeadPolicy(enabled=False)
+    assert not any(off.f32_dst(m, 128256) for m in (1, 9, 256))
+    assert off.describe() == "bf16 out always runs the bf16-dst kernel"
+
+
+@pytest.mark.parametrize(
+    "machine,why",
+    [
+        (
+            "graviton4",
+            "f32-dst kernel + one downcast when N >= 64000 and M >= 9 (default on aarch64)",
+        ),
+        ("xeon-cpu", "always runs the bf16-dst kernel (default on x86_64)"),
+    ],
+)
+def test_doctor_shows_the_default_of_the_machine_described(machine, why):
+    """A what-if DeviceInfo gets its own architecture's default, not the host's."""
+    (onednn,) = [i for i in hooks.plugin_api_implementations(OpFamily.GEMM) if i.name == "onednn"]
+    info = MACHINES[machine]
+    assert (
+        why
+        in onednn.supports(dataclasses.replace(LM_HEAD, out_dtype=torch.bfloat16), info).reasons[-1]
+    )
 
 
 def test_read_values():
@@ -51,6 +80,7 @@ def test_read_values():
         (settings.LM_HEAD, "min_n=64k", "min_n must be an integer"),
         (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n'\\], got 'max_n=5'"),
         (settings.LM_HEAD, "min_m=0", "min_m=0 must be an int >= 1"),
+        (settings.LM_HEAD, "enabled=0", "keys \\['min_m', 'min_n'\\], got 'enabled=0'"),
         (settings.ROOT, " ", "set but empty"),
         (settings.PANEL, "isa=sse2", "isa='sse2' must be one of \\('auto', 'avx2', 'generic'\\)"),
         (settings.PANEL, "kc=0", "PanelPolicy.kc=0 must be an int >= 1"),
