@@ -1,7 +1,7 @@
 // Per-token-group quantization, bit-exact with docs/ops.md: for each group,
 // a = max(max|x|, eps); s = a / qmax (IEEE fp32 division), optionally rounded up to a power of
 // two; int8: q = clamp(round_half_even(x / s), -128, 127); fp8 e4m3fn: q = rne(clamp(x / s,
-// -448, 448)). The AVX2 path and the scalar path do the same fp32 operations in the same order.
+// -448, 448)). The AVX-512, AVX2 and scalar paths do the same fp32 operations in the same order.
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +14,9 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define PA_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define PA_AVX512 1  // 16 lanes for the bulk of each group; AVX2 then takes the rest
+#endif
 #endif
 
 namespace pa_onednn {
@@ -134,6 +137,20 @@ inline void store32_bytes(__m256i a, __m256i b, __m256i c, __m256i d, bool fp8, 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
 }
 
+// The largest / smallest of 8 unsigned lanes, in registers (a group of 64 or 128 elements is
+// short enough that a store and 8 scalar steps would show).
+inline uint32_t reduce_max_epu32(__m256i v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1))));
+}
+
+inline uint32_t reduce_min_epu32(__m256i v) {
+  __m128i m = _mm_min_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_min_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_min_epu32(m, _mm_shuffle_epi32(m, 0xb1))));
+}
+
 inline void store8_low_bytes(__m256i v, uint8_t* out) {
   // the low byte of each 32-bit lane, 8 bytes in order
   const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
@@ -144,6 +161,47 @@ inline void store8_low_bytes(__m256i v, uint8_t* out) {
   const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(p, 1)));
   std::memcpy(out, &lo, 4);
   std::memcpy(out + 4, &hi, 4);
+}
+#endif
+
+#ifdef PA_AVX512
+// The 8-lane helpers above on 16 lanes, the same operations in the same order.
+template <int64_t DT>
+inline __m512 load16(const void* x, int64_t i) {
+  switch (DT) {
+    case kBF16: {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+          static_cast<const uint16_t*>(x) + i));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    case kF16:
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+          static_cast<const uint16_t*>(x) + i)));
+    default: return _mm512_loadu_ps(static_cast<const float*>(x) + i);
+  }
+}
+
+inline __m512i e4m3_16(__m512 y) {  // e4m3_8 on 16 lanes
+  const __m512i b = _mm512_castps_si512(y);
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), _mm512_set1_epi32(0x80));
+  const __m512i a = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(a, _mm512_add_epi32(_mm512_set1_epi32(0x7ffff), odd));
+  const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(r, 20), _mm512_set1_epi32(120 << 3));
+  const __m512 af = _mm512_castsi512_ps(a);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(af, _mm512_set1_ps(0.015625f), _CMP_LT_OQ);
+  if (tiny == 0) return _mm512_or_si512(normal, sign);
+  const __m512i sub = _mm512_cvtps_epi32(_mm512_mul_ps(af, _mm512_set1_ps(512.0f)));  // RNE
+  return _mm512_or_si512(_mm512_mask_blend_epi32(tiny, normal, sub), sign);
+}
+
+inline __m512i e4m3_normal_16(__m512 y) {  // e4m3_normal_8 on 16 lanes
+  const __m512i b = _mm512_castps_si512(y);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 20), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_set1_epi32(static_cast<int32_t>(0x7ffffu - (960u << 20)));
+  const __m512i t = _mm512_srai_epi32(_mm512_add_epi32(b, _mm512_add_epi32(odd, bias)), 20);
+  const __m512i neg = _mm512_and_si512(_mm512_srai_epi32(b, 31), _mm512_set1_epi32(2176));
+  return _mm512_add_epi32(t, neg);
 }
 #endif
 
@@ -164,6 +222,33 @@ void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m
   // skips the per-vector test for the fixed-point range (with the cheaper conversion below: 4%
   // of the fp8 time in an in-process A/B, bit-equal)
   __m256i vmin = _mm256_set1_epi32(-1);
+#ifdef PA_AVX512
+  {
+    const __m512i abs16 = _mm512_set1_epi32(0x7fffffff);
+    __m512i wmax0 = _mm512_setzero_si512(), wmax1 = _mm512_setzero_si512();
+    __m512i wmin = _mm512_set1_epi32(-1);
+    if constexpr (DT == kBF16) {  // as the AVX2 loop below, 32 elements a step
+      const __m512i odd_abs = _mm512_set1_epi32(0x7fff0000);
+      for (; i + 32 <= len; i += 32) {
+        const __m512i w = _mm512_loadu_si512(static_cast<const uint16_t*>(x) + begin + i);
+        const __m512i even = _mm512_and_si512(_mm512_slli_epi32(w, 16), abs16);
+        const __m512i odd = _mm512_and_si512(w, odd_abs);
+        wmax0 = _mm512_max_epu32(wmax0, even);
+        wmax1 = _mm512_max_epu32(wmax1, odd);
+        if constexpr (FP8) wmin = _mm512_min_epu32(wmin, _mm512_min_epu32(even, odd));
+      }
+    }
+    for (; i + 16 <= len; i += 16) {
+      const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(load16<DT>(x, begin + i)), abs16);
+      wmax0 = _mm512_max_epu32(wmax0, a0);
+      if constexpr (FP8) wmin = _mm512_min_epu32(wmin, a0);
+    }
+    // fold into the 8-lane accumulators, which take any rest
+    const __m512i wmax = _mm512_max_epu32(wmax0, wmax1);
+    vmax0 = _mm256_max_epu32(_mm512_castsi512_si256(wmax), _mm512_extracti64x4_epi64(wmax, 1));
+    vmin = _mm256_min_epu32(_mm512_castsi512_si256(wmin), _mm512_extracti64x4_epi64(wmin, 1));
+  }
+#endif
   if constexpr (DT == kBF16) {
     // bf16 pairs in 32-bit words: |even| is the word shifted left by 16 and masked, |odd| the
     // word with its low half and sign cleared; the order of the lanes does not matter for a max
@@ -192,14 +277,9 @@ void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m
     vmax0 = _mm256_max_epu32(vmax0, a0);
     if constexpr (FP8) vmin = _mm256_min_epu32(vmin, a0);
   }
-  alignas(32) uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(vmax0, vmax1));
-  uint32_t amax_bits = 0;
-  for (uint32_t l : lanes) amax_bits = std::max(amax_bits, l);
-  amax = bits_to_f32(amax_bits);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), vmin);
-  uint32_t amin_bits = 0xffffffffu;  // over the elements the vector loop below converts
-  for (uint32_t l : lanes) amin_bits = std::min(amin_bits, l);
+  amax = bits_to_f32(reduce_max_epu32(_mm256_max_epu32(vmax0, vmax1)));
+  // over the elements the vector loop below converts; int8 has no use for it
+  const uint32_t amin_bits = FP8 ? reduce_min_epu32(vmin) : 0xffffffffu;
 #endif
   for (; i < len; ++i) {  // NaN sticks, as above
     const float a = std::fabs(load_one(x, DT, begin + i));
@@ -234,6 +314,30 @@ void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m
     return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-128.0f)),
                                             _mm256_set1_ps(127.0f)));
   };
+#ifdef PA_AVX512
+  {
+    const __m512 ws = _mm512_set1_ps(s);
+    for (; i + 16 <= len; i += 16) {  // code8 on 16 lanes; codes to bytes by one narrowing
+      const __m512 y = _mm512_div_ps(load16<DT>(x, begin + i), ws);  // IEEE division
+      __m512i c;
+      if (all_normal) {
+        c = e4m3_normal_16(y);
+      } else if (in_range) {
+        if constexpr (FP8) c = e4m3_16(y);
+        else c = _mm512_cvtps_epi32(y);
+      } else if constexpr (FP8) {
+        c = e4m3_16(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-448.0f)),
+                                  _mm512_set1_ps(448.0f)));
+      } else {
+        c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-128.0f)),
+                                             _mm512_set1_ps(127.0f)));
+      }
+      // int8 lanes are in [-128, 127] (saturation never acts), fp8 codes in [0, 255]
+      const __m128i bytes = FP8 ? _mm512_cvtepi32_epi8(c) : _mm512_cvtsepi32_epi8(c);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + begin + i), bytes);
+    }
+  }
+#endif
   for (; i + 32 <= len; i += 32)
     store32_bytes(code8(i), code8(i + 8), code8(i + 16), code8(i + 24), FP8, q + begin + i);
   for (; i + 8 <= len; i += 8) store8_low_bytes(code8(i), q + begin + i);
