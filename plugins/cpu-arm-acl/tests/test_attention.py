@@ -34,15 +34,22 @@ THIS_BOX = DeviceInfo(  # the development machine: AMD EPYC (Zen 3), AVX2 + FMA,
 )
 
 
+PATHS = {i.name: i for i in ext.ISA_PATHS}
+SKYLAKE_X = dataclasses.replace(  # AVX-512 without BF16
+    MACHINES["xeon-cpu"], cpu_flags=MACHINES["xeon-cpu"].cpu_flags - {"avx512_bf16", "amx_bf16"}
+)
+
+
 @pytest.mark.parametrize(
     "info,isa",
     [
         (MACHINES["graviton4"], "neon"),
-        (MACHINES["xeon-cpu"], "avx512"),
-        (MACHINES["mi300x"], "avx512"),  # its host CPU: an AVX-512 EPYC
+        (MACHINES["xeon-cpu"], "avx512bf16"),
+        (MACHINES["mi300x"], "avx512bf16"),  # its host CPU: an AVX-512 EPYC
+        (SKYLAKE_X, "avx512"),
         (THIS_BOX, "avx2"),
     ],
-    ids=["graviton4", "xeon", "epyc-zen4", "epyc-zen3"],
+    ids=["graviton4", "xeon", "epyc-zen4", "skylake-x", "epyc-zen3"],
 )
 def test_isa_path_is_chosen_from_cpu_flags_and_shown(info, isa):
     d = IMPL.supports(SPEC, info)
@@ -86,7 +93,7 @@ def test_graph_level_is_never_with_a_reason():
 
 
 def test_build_key_changes_with_torch_version_and_isa():
-    avx2, neon = ext.ISA_PATHS[1], ext.ISA_PATHS[2]
+    avx2, neon = PATHS["avx2"], PATHS["neon"]
     keys = {
         ext.build_key(avx2, "2.13.0"),
         ext.build_key(avx2, "2.14.0"),
@@ -97,7 +104,7 @@ def test_build_key_changes_with_torch_version_and_isa():
 
 def test_failed_build_names_its_log(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    broken = dataclasses.replace(ext.ISA_PATHS[1], name="broken", cflags=("-mno-such-flag",))
+    broken = dataclasses.replace(PATHS["avx2"], name="broken", cflags=("-mno-such-flag",))
     folder = ext.cache_root() / "broken"
     with pytest.raises(ext.ExtensionBuildError, match=r"compiler output in .*build\.log") as e:
         ext._build(broken, "plugin_api_cpu_attention_broken", folder, folder / "x.so")

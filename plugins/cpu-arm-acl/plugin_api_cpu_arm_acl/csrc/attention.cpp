@@ -243,7 +243,8 @@ struct ItemBlocks {
 // of the run, one softmax pass per row, then P.V with the accumulators in registers across the
 // run's blocks (per 16-key block instead, each row paid its max/exp/sum reductions and a reload
 // of its accumulator every 16 keys). Rows of KV head i of the item: [i * Rh, (i + 1) * Rh).
-template <typename KT>
+// bf16_dot: w.q holds the rows as bf16, unscaled (kDotBf16).
+template <bool kBf16Dot, typename KT>
 void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w, int R,
                 int64_t first, int64_t last) {
   const Geometry& g = st.g;
@@ -268,8 +269,12 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
         vb[h][i] = kh + kv.kv;
         const KT* next_k = next ? next + h * kv.head : nullptr;
         const KT* next_v = next ? next_k + kv.kv : nullptr;
-        qk_dot(Rh, w.q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k,
-               next_v);
+        if constexpr (kBf16Dot)
+          qk_dot(Rh, reinterpret_cast<const c10::BFloat16*>(w.q) + h * Rh * D, kh, D, j0, j1,
+                 w.s + h * Rh * lds + off, lds, next_k, next_v);
+        else
+          qk_dot(Rh, w.q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k,
+                 next_v);
       }
       kp = next;
     }
@@ -277,8 +282,8 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
       w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kc, cj0, cj1));
       w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kc, cj0, cj1));
     }
-    softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), st.mk.soft_cap, w.m, w.l,
-                w.alpha);
+    softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), kBf16Dot ? st.scale : 1.f,
+                st.mk.soft_cap, w.m, w.l, w.alpha);
     for (int64_t h = 0; h < heads; ++h)
       pv(Rh, w.s + h * Rh * lds, lds, 1, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
          w.alpha + h * Rh, w.acc + h * Rh * D);
@@ -324,7 +329,7 @@ void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, 
 }
 
 // Attend one item's rows (prepared in w.q) over its key range; leaves m, l, acc in w.
-template <typename KT>
+template <bool kBf16Dot, typename KT>
 void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bool rows_layout,
             int64_t Rp) {
   const Geometry& g = st.g;
@@ -357,14 +362,15 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
   if (rows_layout)
     attend_rows(st, item, kv, w, R, Rp, first, last, min_hi, max_lo);
   else
-    attend_dot(st, item, kv, w, R, first, last);
+    attend_dot<kBf16Dot>(st, item, kv, w, R, first, last);
 }
 
 // Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
 // pair_split: the dot layout stores each row in load_pair's order for a bf16 cache.
+// bf16_dot (dot layout only): the rows as given, bf16 and unscaled (kDotBf16).
 template <typename QT>
 void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch& w,
-                  bool rows_layout, int64_t Rp, bool pair_split) {
+                  bool rows_layout, int64_t Rp, bool pair_split, bool bf16_dot) {
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
   const Rows rows{item[kQn] * G, G};
   const int R = static_cast<int>(rows.per_head * item[kHeads]);
@@ -372,6 +378,8 @@ void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch&
     const QT* src = query + ((item[kQ0] + rows.token(r)) * H + rows.head(item[kKvh], r)) * D;
     if (rows_layout) {
       for (int64_t d = 0; d < D; ++d) w.q[d * Rp + r] = static_cast<float>(src[d]) * st.scale;
+    } else if (bf16_dot) {
+      std::memcpy(reinterpret_cast<c10::BFloat16*>(w.q) + r * D, src, sizeof(QT) * D);
     } else {
       float* row = w.q + r * D;
       const Vec scale(st.scale);
@@ -449,8 +457,9 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
       const bool rows_layout = rows.per_head >= kRowsLayoutMin;
       const int64_t Rp = rows_layout ? (R + kV - 1) / kV * kV : R;
       w.reserve(Rp, D, st.g.block);
-      load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>);
-      attend(st, item, cache, w, rows_layout, Rp);
+      constexpr bool kBf16Dot = kDotBf16<KT, QT>;
+      load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>, kBf16Dot && !rows_layout);
+      attend<kBf16Dot>(st, item, cache, w, rows_layout, Rp);
       if (item[kProw] >= 0) {
         float* pacc = bufs.pacc + static_cast<int64_t>(item[kProw]) * D;
         float* pml = bufs.pml + static_cast<int64_t>(item[kProw]) * 2;

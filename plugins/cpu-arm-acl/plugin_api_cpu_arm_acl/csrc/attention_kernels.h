@@ -18,8 +18,30 @@ namespace pa_attn {
 // The tile kernels go inline into their row loops: left as calls (gcc's choice at -O3), one
 // thread of the 16 x 4k decode ran 53-61 ms; inlined, 37-44 ms in three of four runs.
 #define PA_TILE __attribute__((always_inline)) inline
+#define PA_TILE_LAMBDA __attribute__((always_inline))
 
 // ---- scores, dot layout ------------------------------------------------------------------------
+
+// s[r * lds + j + t] = the lanes of acc[r][t] summed.
+template <int MR, int NT>
+PA_TILE void store_scores(const Vec (&acc)[MR][NT], int j, float* s, int64_t lds) {
+  if constexpr (MR * NT == 8) {
+    alignas(32) float sums[8];
+    Vec flat[8];  // a copy, so that acc itself never has its address taken
+    PA_UNROLL
+    for (int i = 0; i < 8; ++i) flat[i] = acc[i / NT][i % NT];
+    reduce_add_8(flat, sums);
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = sums[r * NT + t];
+  } else {
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
+  }
+}
 
 // S[r][j..j+NT) for MR rows: q fp32 [MR][D], k cache rows [.][D].
 template <int MR, int NT, typename KT>
@@ -55,23 +77,37 @@ PA_TILE void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s
       for (int t = 0; t < NT; ++t) acc[r][t] = at::vec::fmadd(qv, kv[t], acc[r][t]);
     }
   }
-  if constexpr (MR * NT == 8) {
-    alignas(32) float sums[8];
-    Vec flat[8];  // a copy, so that acc itself never has its address taken
-    PA_UNROLL
-    for (int i = 0; i < 8; ++i) flat[i] = acc[i / NT][i % NT];
-    reduce_add_8(flat, sums);
-    PA_UNROLL
-    for (int r = 0; r < MR; ++r)
-      PA_UNROLL
-      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = sums[r * NT + t];
-  } else {
-    PA_UNROLL
-    for (int r = 0; r < MR; ++r)
-      PA_UNROLL
-      for (int t = 0; t < NT; ++t) s[r * lds + j + t] = reduce_add(acc[r][t]);
-  }
+  store_scores<MR, NT>(acc, j, s, lds);
 }
+
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+// qk_dot_tile for bf16 q (natural order, unscaled) and bf16 K: see kDotBf16.
+template <int MR, int NT>
+PA_TILE void qk_dot_tile(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j,
+                         float* s, int64_t lds) {
+  Vec acc[MR][NT];
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r)
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) acc[r][t] = Vec(0.f);
+  auto step = [&](int64_t d, __mmask32 lanes) PA_TILE_LAMBDA {
+    __m512bh kv[NT];
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t)
+      kv[t] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, k + (j + t) * D + d));
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      const auto qv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, q + r * D + d));
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], qv, kv[t]);
+    }
+  };
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) step(d, ~__mmask32{0});
+  if (d < D) step(d, (__mmask32{1} << (D - d)) - 1);  // 16 left: zero pairs add nothing
+  store_scores<MR, NT>(acc, j, s, lds);
+}
+#endif
 
 // Rows [j, j + n) of the next block's K and V (null when there is none), spread over the
 // current block's tiles so that the requests never pile up.
@@ -82,8 +118,8 @@ inline void prefetch_rows(const KT* next_k, const KT* next_v, int j, int n, int6
   prefetch(next_v + j * D, n * D * static_cast<int64_t>(sizeof(KT)));
 }
 
-template <int MR, typename KT>
-inline void qk_dot_rows(const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
+template <int MR, typename QT, typename KT>
+inline void qk_dot_rows(const QT* q, const KT* k, int64_t D, int j0, int j1, float* s,
                         int64_t lds, const KT* next_k, const KT* next_v) {
   // enough independent accumulators to keep both FMA pipes busy, few enough not to spill
   // (AVX2 has 16 vector registers: MR * NT accumulators + NT loads + 1)
@@ -101,8 +137,8 @@ inline void qk_dot_rows(const float* q, const KT* k, int64_t D, int j0, int j1, 
 
 // next_k/next_v: the next block's K and V rows to prefetch (null: none), read while the first
 // row tile runs.
-template <typename KT>
-inline void qk_dot(int R, const float* q, const KT* k, int64_t D, int j0, int j1, float* s,
+template <typename QT, typename KT>
+inline void qk_dot(int R, const QT* q, const KT* k, int64_t D, int j0, int j1, float* s,
                    int64_t lds, const KT* next_k, const KT* next_v) {
   int r = 0;
   for (; r + 4 <= R; r += 4) {
@@ -164,8 +200,10 @@ inline Vec soft_cap(const Vec& z, float cap) {
 
 // Dot layout: row r sees local tokens [a[r], b[r]) of the block; P must be finite on [j0, j1)
 // (the range P.V walks). Updates m, l; alpha[r] rescales the row's accumulator.
+// zscale multiplies every score first (the softmax scale when the scores were not taken from a
+// scaled query; 1 otherwise).
 inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int* a, const int* b,
-                        float cap, float* m, float* l, float* alpha) {
+                        float zscale, float cap, float* m, float* l, float* alpha) {
   for (int r = 0; r < R; ++r) {
     float* z = s + r * lds;
     if (a[r] >= b[r]) {
@@ -175,6 +213,8 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
     }
     const int ja = a[r] / kV * kV;
     const int jb = (b[r] + kV - 1) / kV * kV;
+    if (zscale != 1.f)
+      for (int j = ja; j < jb; j += kV) (Vec::loadu(z + j) * Vec(zscale)).store(z + j);
     if (cap > 0.f)
       for (int j = ja; j < jb; j += kV) soft_cap(Vec::loadu(z + j), cap).store(z + j);
     for (int j = ja; j < a[r]; ++j) z[j] = kNegInf;

@@ -78,6 +78,18 @@ inline void load_pair(const T* p, Vec& first, Vec& second) {
   }
 }
 
+// Decode scores straight from bf16 query and bf16 K with AVX-512 BF16's vdpbf16ps (32 exact
+// bf16 products a step, summed in fp32), where the build CPU has it: half the instructions of
+// widening K and two FMAs, no pair order for q. The query is then kept unscaled (bf16 is exact
+// only for the query as given) and the scale applied to each score.
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+template <typename KT, typename QT>
+constexpr bool kDotBf16 = std::is_same_v<KT, c10::BFloat16> && std::is_same_v<QT, c10::BFloat16>;
+#else
+template <typename KT, typename QT>
+constexpr bool kDotBf16 = false;
+#endif
+
 inline float reduce_add(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v);
 }
