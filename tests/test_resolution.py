@@ -162,6 +162,7 @@ def test_cache_evicts_least_recently_used():
         cache.get_or_build(key, lambda k: k)
     assert 2 not in cache and 1 in cache and 3 in cache
     assert cache.stats().evictions == 1
+    assert cache.problems() == (1, 3)  # least recently used first
 
 
 # ---- CUDA-graph levels over a model ------------------------------------------------------------

@@ -56,6 +56,11 @@ class PrimitiveCache(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def problems(self) -> tuple[K, ...]:
+        """The problems with a primitive now, least recently used first."""
+        with self._lock:
+            return tuple(self._items)
+
     def stats(self) -> CacheStats:
         return CacheStats(
             self._hits, self._misses, self._evictions, len(self._items), self._capacity

@@ -172,12 +172,35 @@ class OneDnnGemm:
         out: torch.Tensor,
     ) -> None:
         """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` row stride may exceed K."""
-        if x.shape[0] == 0:
+        m = int(x.shape[0])
+        if m == 0:
+            return
+        pad = self.policy_for(platform.machine()).pad_m if spec.usage == "lm_head" else 1
+        if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
+            xp, op = self._padded(spec, pad, x.dtype, out.dtype)
+            xp[:m].copy_(x)
+            self.mm(spec, xp, payload, bias, op)
+            out.copy_(op[:m])
             return
         call = self.plan(spec, payload, x, bias, out)
         self._run(call, payload)
         if call.kernel_out is not out:
             out.copy_(call.kernel_out)  # the one downcast (round to nearest even)
+
+    def _padded(
+        self, spec: GemmSpec, rows: int, x_dtype: torch.dtype, out_dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """This thread's ``rows``-row input and output for ``spec``, made once (zero rows)."""
+        bufs = getattr(self._scratch, "padded", None)
+        if bufs is None:
+            bufs = self._scratch.padded = {}
+        key = (spec.n, spec.k, rows, x_dtype, out_dtype)
+        if key not in bufs:
+            bufs[key] = (
+                torch.zeros(rows, spec.k, dtype=x_dtype),
+                torch.zeros(rows, spec.n, dtype=out_dtype),
+            )
+        return bufs[key]
 
     def scaled_mm(
         self,

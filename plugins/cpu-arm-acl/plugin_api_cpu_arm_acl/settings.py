@@ -3,7 +3,7 @@
 - ``PLUGIN_API_ONEDNN_ROOT``: a oneDNN install prefix (``lib/libdnnl.so*``, ``include/``), e.g. one
   built with ACL on aarch64. Unset: the ``onednn-cpu-gomp`` wheels (x86_64).
 - ``PLUGIN_API_ONEDNN_THREADS``: OpenMP threads for the plugin's kernels (default: torch's count).
-- ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9`` or ``off``
+- ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9``, ``off,pad_m=4``
   (default: ``LmHeadPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from plugin_api.errors import SettingError
@@ -30,16 +30,21 @@ PANEL_ISAS = ("auto", "avx2", "generic")
 
 @dataclass(frozen=True, slots=True)
 class LmHeadPolicy:
-    """When a bf16-output GEMM runs the bf16 x bf16 -> f32 kernel plus one downcast copy.
+    """How the oneDNN LM head runs: which dst a bf16 output takes, and how few rows it pads.
 
-    The f32-dst kernel is chosen iff ``enabled`` and ``N >= min_n`` and ``M >= min_m``;
-    otherwise the bf16-dst kernel runs. fp32 output always comes from the f32-dst kernel (it is
-    the accumulator). ``default_for`` gives each architecture its measured default.
+    - The f32-dst kernel plus one downcast copy serves a bf16 output iff ``enabled`` and
+      ``N >= min_n`` and ``M >= min_m``; otherwise the bf16-dst kernel runs. fp32 output always
+      comes from the f32-dst kernel (it is the accumulator).
+    - An LM-head call with ``M < pad_m`` rows runs the ``pad_m``-row kernel on rows copied into
+      a padded buffer, and its first M output rows are copied out (1: no padding).
+
+    ``default_for`` gives each architecture its measured default.
     """
 
     min_n: int = 64000
     min_m: int = 9
     enabled: bool = True
+    pad_m: int = 1
 
     def __post_init__(self) -> None:
         _check_ints(self)
@@ -48,17 +53,26 @@ class LmHeadPolicy:
         return self.enabled and n >= self.min_n and m >= self.min_m
 
     def describe(self) -> str:
-        if not self.enabled:
-            return "bf16 out always runs the bf16-dst kernel"
         n, m = self.min_n, self.min_m
-        return f"bf16 out runs the f32-dst kernel + one downcast when N >= {n} and M >= {m}"
+        dst = (
+            f"bf16 out runs the f32-dst kernel + one downcast when N >= {n} and M >= {m}"
+            if self.enabled
+            else "bf16 out always runs the bf16-dst kernel"
+        )
+        if self.pad_m == 1:
+            return dst
+        return f"{dst}; M < {self.pad_m} runs the {self.pad_m}-row kernel on padded rows"
 
     @classmethod
     def parse(cls, text: str) -> LmHeadPolicy:
-        """``"min_n=64000,min_m=9"`` (omitted keys keep their defaults) or ``"off"``."""
-        if text.strip() == "off":
+        """``"min_n=64000,min_m=9,pad_m=4"`` (omitted keys keep their defaults); an ``off``
+        among them turns the f32-dst gate off (``"off"``, ``"off,pad_m=4"``)."""
+        parts = [p for p in text.split(",") if p.strip() != "off"]
+        enabled = len(parts) == len(text.split(","))
+        if not parts:
             return cls(enabled=False)
-        return _parse(cls, LM_HEAD, text)
+        policy = _parse(cls, LM_HEAD, ",".join(parts))
+        return policy if enabled else replace(policy, enabled=False)
 
     @classmethod
     def default_for(cls, machine: str) -> LmHeadPolicy:
@@ -67,12 +81,15 @@ class LmHeadPolicy:
         - Arm: upstream's Neoverse-V3 gate (vllm#55352): ACL's fastest bf16 kernel exists only
           as bf16:bf16:f32, 1.6-1.9x faster from M=9 but up to 10% slower at M <= 8 with 64-96
           threads; the gate there was N >= 64000. Not re-measured here (no Arm machine).
-        - x86 (AVX-512 BF16; AVX2 has no oneDNN bf16 kernel): off. On a 2-core Zen 4, 2 threads,
-          f32 dst + downcast took 0.93-1.07x the bf16-dst kernel's time at N = 32000 and
-          128256, M = 1..64 (median 1.01x): oneDNN's x86 bf16 kernels accumulate in f32 for
-          either dst, so the gate would only add the downcast.
+        - x86 (AVX-512 BF16; AVX2 has no oneDNN bf16 kernel): the gate off, padding to 4 rows.
+          On a 2-core Zen 4, 2 threads, f32 dst + downcast took 0.93-1.07x the bf16-dst
+          kernel's time at N = 32000 and 128256, M = 1..64 (median 1.01x): oneDNN's x86 bf16
+          kernels accumulate in f32 for either dst, so the gate would only add the downcast. Its
+          4-row kernel read the weights faster than its 1-3-row ones: padded M = 1, 2, 3 took
+          0.78-0.95x the direct time at N = 32000 and 128256, fp32 and bf16 out (two
+          interleaved runs each), 0.95-1.0x at N = 28672.
         """
-        return cls(enabled=False) if machine in X86 else cls()
+        return cls(enabled=False, pad_m=4) if machine in X86 else cls()
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,9 @@ def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype, dict[str
 def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
     """Real calls that differ in one descriptor field each get their own cached primitive."""
     host = read_device_info()
-    impl = OneDnnGemm(threads=2) if impl_name == "onednn" else PanelGemm(threads=2)
+    # no LM-head row padding: each call's own M keys its primitive (padding has its own test)
+    policy = dataclasses.replace(LmHeadPolicy.default_for(platform.machine()), pad_m=1)
+    impl = OneDnnGemm(threads=2, policy=policy) if impl_name == "onednn" else PanelGemm(threads=2)
     base_wdt, variations = _variations(impl_name, host)
     prim_of: dict[GemmProblem, object] = {}
     packed: dict[tuple, object] = {}
@@ -185,6 +187,26 @@ def test_lm_head_policy_picks_the_kernel_dst(m, n, expect):
     assert impl.kernel_dst(spec, m) == expect
     assert impl.kernel_dst(dataclasses.replace(spec, out_dtype=F32), m) == F32
     assert impl.kernel_dst(dataclasses.replace(spec, weight_dtype=F32, out_dtype=F32), m) == F32
+
+
+@pytest.mark.skipif(not bf16_matmul(read_device_info()), reason="no oneDNN bf16 kernel here")
+def test_lm_head_runs_few_rows_on_the_padded_kernel(onednn_backend):
+    """M < pad_m LM-head rows run the pad_m-row primitive; results as the fp64 oracle."""
+    impl = OneDnnGemm(threads=2, policy=LmHeadPolicy(enabled=False, pad_m=4))
+    w = _rand(300, 512, seed=7, scale=0.05)
+    for odt in (F32, BF16):
+        for usage in ("lm_head", "linear"):
+            spec = GemmSpec(300, 512, BF16, odt, usage)
+            packed = impl.prepare(spec, w, None)
+            for m in (1, 2, 3, 4, 5):
+                impl.cache.clear()
+                x = _rand(m, 512, seed=m)
+                out = torch.full((m, 300), float("nan"), dtype=odt)
+                impl.mm(spec, x, packed, None, out)
+                tol = dict(atol=1e-4, rtol=1e-5) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
+                torch.testing.assert_close(out.double(), x.double() @ w.double().t(), **tol)
+                ran = {p.m for p in impl.cache.problems()}
+                assert ran == ({4} if usage == "lm_head" and m < 4 else {m}), (usage, m, ran)
 
 
 def test_lm_head_policy_argument_overrides():

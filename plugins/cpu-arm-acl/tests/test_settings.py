@@ -28,7 +28,7 @@ def test_defaults():
     s = settings.read({})
     assert s == settings.PluginSettings(None, None, None, PanelPolicy())
     assert LmHeadPolicy.default_for("aarch64") == LmHeadPolicy(64000, 9)
-    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False)
+    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4)
 
 
 def test_off_turns_the_f32_dst_gate_off():
@@ -36,6 +36,9 @@ def test_off_turns_the_f32_dst_gate_off():
     assert off == LmHeadPolicy(enabled=False)
     assert not any(off.f32_dst(m, 128256) for m in (1, 9, 256))
     assert off.describe() == "bf16 out always runs the bf16-dst kernel"
+    both = settings.read({settings.LM_HEAD: "off, pad_m=4"}).lm_head
+    assert both == LmHeadPolicy(enabled=False, pad_m=4)
+    assert settings.read({settings.LM_HEAD: "pad_m=2"}).lm_head == LmHeadPolicy(pad_m=2)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +48,10 @@ def test_off_turns_the_f32_dst_gate_off():
             "graviton4",
             "f32-dst kernel + one downcast when N >= 64000 and M >= 9 (default on aarch64)",
         ),
-        ("xeon-cpu", "always runs the bf16-dst kernel (default on x86_64)"),
+        (
+            "xeon-cpu",
+            "bf16-dst kernel; M < 4 runs the 4-row kernel on padded rows (default on x86_64)",
+        ),
     ],
 )
 def test_doctor_shows_the_default_of_the_machine_described(machine, why):
@@ -78,9 +84,9 @@ def test_read_values():
         (settings.THREADS, "0", "must be a positive integer"),
         (settings.THREADS, "two", "must be a positive integer"),
         (settings.LM_HEAD, "min_n=64k", "min_n must be an integer"),
-        (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n'\\], got 'max_n=5'"),
+        (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n', 'pad_m'\\], got 'max_n=5'"),
         (settings.LM_HEAD, "min_m=0", "min_m=0 must be an int >= 1"),
-        (settings.LM_HEAD, "enabled=0", "keys \\['min_m', 'min_n'\\], got 'enabled=0'"),
+        (settings.LM_HEAD, "enabled=0", "keys \\['min_m', 'min_n', 'pad_m'\\], got 'enabled=0'"),
         (settings.ROOT, " ", "set but empty"),
         (settings.PANEL, "isa=sse2", "isa='sse2' must be one of \\('auto', 'avx2', 'generic'\\)"),
         (settings.PANEL, "kc=0", "PanelPolicy.kc=0 must be an int >= 1"),
