@@ -117,11 +117,14 @@ class OneDnnGemm:
         """The primitive's dst type for ``m`` rows; bf16 out with an f32 dst is one downcast."""
         if spec.out_dtype == F32 or spec.weight_dtype != BF16:
             return F32
-        return F32 if self.policy_for(platform.machine()).f32_dst(m, spec.n) else BF16
+        return F32 if self._host_policy().f32_dst(m, spec.n) else BF16
 
     def policy_for(self, machine: str) -> LmHeadPolicy:
         """The policy given, else the measured default for ``machine``."""
         return LmHeadPolicy.default_for(machine) if self.policy is None else self.policy
+
+    def _host_policy(self) -> LmHeadPolicy:
+        return self.policy_for(platform.machine())  # the machine the kernels run on
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -175,7 +178,7 @@ class OneDnnGemm:
         m = int(x.shape[0])
         if m == 0:
             return
-        pad = self.policy_for(platform.machine()).pad_m if spec.usage == "lm_head" else 1
+        pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
         if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
             xp, op = self._padded(spec, pad, x.dtype, out.dtype)
             xp[:m].copy_(x)

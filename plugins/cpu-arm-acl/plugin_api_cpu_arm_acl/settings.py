@@ -67,12 +67,10 @@ class LmHeadPolicy:
     def parse(cls, text: str) -> LmHeadPolicy:
         """``"min_n=64000,min_m=9,pad_m=4"`` (omitted keys keep their defaults); an ``off``
         among them turns the f32-dst gate off (``"off"``, ``"off,pad_m=4"``)."""
-        parts = [p for p in text.split(",") if p.strip() != "off"]
-        enabled = len(parts) == len(text.split(","))
-        if not parts:
-            return cls(enabled=False)
-        policy = _parse(cls, LM_HEAD, ",".join(parts))
-        return policy if enabled else replace(policy, enabled=False)
+        parts = text.split(",")
+        keys = [p for p in parts if p.strip() != "off"]
+        policy = _parse(cls, LM_HEAD, ",".join(keys)) if keys else cls()
+        return policy if len(keys) == len(parts) else replace(policy, enabled=False)
 
     @classmethod
     def default_for(cls, machine: str) -> LmHeadPolicy:

@@ -254,6 +254,12 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
   const int64_t run = run_blocks(bs, heads, D, sizeof(KT)), lds = run * bs;
   const KT* vb[kMaxHeadGroup][kRunKeys / 16];
   const KT* kp = kv.k(first);
+  const auto* q = [&] {  // the rows as load_queries left them
+    if constexpr (kBf16Dot)
+      return reinterpret_cast<const c10::BFloat16*>(w.q);
+    else
+      return static_cast<const float*>(w.q);
+  }();
   for (int64_t c = first; c <= last; c += run) {
     const int64_t c_end = std::min(last + 1, c + run), kc = c * bs;
     const int cj0 = static_cast<int>(std::max<int64_t>(k0 - kc, 0));
@@ -269,12 +275,7 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
         vb[h][i] = kh + kv.kv;
         const KT* next_k = next ? next + h * kv.head : nullptr;
         const KT* next_v = next ? next_k + kv.kv : nullptr;
-        if constexpr (kBf16Dot)
-          qk_dot(Rh, reinterpret_cast<const c10::BFloat16*>(w.q) + h * Rh * D, kh, D, j0, j1,
-                 w.s + h * Rh * lds + off, lds, next_k, next_v);
-        else
-          qk_dot(Rh, w.q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k,
-                 next_v);
+        qk_dot(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k, next_v);
       }
       kp = next;
     }
