@@ -67,10 +67,9 @@ class LmHeadPolicy:
     def parse(cls, text: str) -> LmHeadPolicy:
         """``"min_n=64000,min_m=9,pad_m=4"`` (omitted keys keep their defaults); an ``off``
         among them turns the f32-dst gate off (``"off"``, ``"off,pad_m=4"``)."""
-        parts = text.split(",")
-        keys = [p for p in parts if p.strip() != "off"]
-        policy = _parse(cls, LM_HEAD, ",".join(keys)) if keys else cls()
-        return policy if len(keys) == len(parts) else replace(policy, enabled=False)
+        policy = _parse(cls, LM_HEAD, text, skip="off")
+        off = any(p.strip() == "off" for p in text.split(","))
+        return replace(policy, enabled=False) if off else policy
 
     @classmethod
     def default_for(cls, machine: str) -> LmHeadPolicy:
@@ -134,12 +133,13 @@ def _check_ints(policy: object) -> None:
             raise ValueError(f"{type(policy).__name__}.{f.name}={v!r} must be an int >= 1")
 
 
-def _parse(cls: type[P], env: str, text: str) -> P:
-    """``key=value`` pairs separated by commas into ``cls``; int fields parsed as integers."""
+def _parse(cls: type[P], env: str, text: str, *, skip: str | None = None) -> P:
+    """``key=value`` pairs separated by commas into ``cls``; int fields parsed as integers.
+    A part equal to ``skip`` is passed over (the caller gives it its own meaning)."""
     # bool fields have their own spelling (LmHeadPolicy's "off"), not key=value
     types = {f.name: f.type for f in fields(cls) if f.type != "bool"}  # type: ignore[arg-type]
     values: dict[str, int | str] = {}
-    for part in text.split(","):
+    for part in (p for p in text.split(",") if skip is None or p.strip() != skip):
         key, sep, raw = part.partition("=")
         key = key.strip()
         if not sep or key not in types:

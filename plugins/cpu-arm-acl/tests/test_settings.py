@@ -86,6 +86,7 @@ def test_read_values():
         (settings.LM_HEAD, "min_n=64k", "min_n must be an integer"),
         (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n', 'pad_m'\\], got 'max_n=5'"),
         (settings.LM_HEAD, "min_m=0", "min_m=0 must be an int >= 1"),
+        (settings.LM_HEAD, "off,max_n=5", "LM_HEAD='off,max_n=5': expected .* got 'max_n=5'"),
         (settings.LM_HEAD, "enabled=0", "keys \\['min_m', 'min_n', 'pad_m'\\], got 'enabled=0'"),
         (settings.ROOT, " ", "set but empty"),
         (settings.PANEL, "isa=sse2", "isa='sse2' must be one of \\('auto', 'avx2', 'generic'\\)"),
