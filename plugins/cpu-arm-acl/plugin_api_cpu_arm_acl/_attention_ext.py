@@ -53,14 +53,15 @@ _AVX512_CFLAGS = (
     "-DCPU_CAPABILITY_AVX512",
 )
 # Best first. AVX-512 is the same source at 16 lanes (run by the tests where the CPU has it);
-# with AVX-512 BF16 the bf16 decode scores also take vdpbf16ps (kDotBf16 in attention_vec.h).
+# with AVX-512 BF16 the bf16 decode scores and P.V take vdpbf16ps (kDotBf16, attention_vec.h).
 ISA_PATHS = (
     IsaPath(
         "avx512bf16",
         ("x86_64", "AMD64"),
         _AVX512_NEEDS | {"avx512_bf16"},
         (*_AVX512_CFLAGS, "-mavx512bf16"),
-        "at::vec 16 x fp32 (AVX-512), bf16 decode scores by vdpbf16ps (AVX-512 BF16)",
+        "at::vec 16 x fp32 (AVX-512), bf16 decode scores and P.V (bf16 probabilities) by "
+        "vdpbf16ps (AVX-512 BF16)",
     ),
     IsaPath(
         "avx512", ("x86_64", "AMD64"), _AVX512_NEEDS, _AVX512_CFLAGS, "at::vec 16 x fp32 (AVX-512)"

@@ -187,13 +187,15 @@ struct Scratch {
   float* alpha;  // [Rp]
   float* lo;     // [Rp] rows layout: visible key range as fp32
   float* hi;     // [Rp]
+  c10::BFloat16* pb;  // dot layout with kDotBf16: the probabilities as bf16 [R][run keys]
   std::vector<int> a, b;
 
   void reserve(int64_t Rp, int64_t D, int64_t bs) {
     const int64_t align = 16;  // floats: 64 bytes
     auto up = [&](int64_t n) { return (n + align - 1) / align * align; };
     const int64_t keys = std::max(bs, kRunKeys);  // a rows block or a dot run
-    const int64_t sizes[] = {Rp * D, Rp * D, Rp * keys, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp};
+    const int64_t sizes[] = {Rp * D, Rp * D, Rp * keys, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp,
+                             (Rp * keys + 1) / 2};
     int64_t total = align;
     for (int64_t n : sizes) total += up(n);
     if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);  // grows once, then reused
@@ -204,6 +206,7 @@ struct Scratch {
       *slots[i] = p;
       p += up(sizes[i]);
     }
+    pb = reinterpret_cast<c10::BFloat16*>(p);
     if (static_cast<int64_t>(a.size()) < Rp) {
       a.resize(Rp);
       b.resize(Rp);
@@ -285,6 +288,15 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
     }
     softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), kBf16Dot ? st.scale : 1.f,
                 st.mk.soft_cap, w.m, w.l, w.alpha);
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+    if constexpr (kBf16Dot) {
+      round_probs(w.s, lds, R, cj0, cj1, w.pb, lds);
+      for (int64_t h = 0; h < heads; ++h)
+        pv(Rh, w.pb + h * Rh * lds, lds, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
+           w.alpha + h * Rh, w.acc + h * Rh * D);
+      continue;
+    }
+#endif
     for (int64_t h = 0; h < heads; ++h)
       pv(Rh, w.s + h * Rh * lds, lds, 1, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
          w.alpha + h * Rh, w.acc + h * Rh * D);

@@ -1,5 +1,6 @@
 // The inner loops of paged attention for one (request, KV head, key range) work item: scores,
-// online softmax and P.V, all in fp32 over at::vec. Two score layouts:
+// online softmax and P.V, in fp32 over at::vec (with AVX-512 BF16, bf16 operands of fp32
+// dot products: kDotBf16). Two score layouts:
 // - "dot" (few rows, decode): S[r][j] = q_r . k_j, vectorised over the head dim, K read straight
 //   from the cache; every K element is converted once and used by all rows of the tile.
 // - "rows" (many rows, prefill or wide GQA): S^T[j][r] = sum_d K[j][d] Q^T[d][r], vectorised over
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace pa_attn {
 
@@ -282,6 +284,25 @@ struct VRows {
   int bs;
 };
 
+// The P.V tiles' accumulators: a[r][x] = acc[r][d + x * kV..] * alpha[r], and back.
+template <int MR, int N>
+PA_TILE void load_acc(Vec (&a)[MR][N], const float* acc, const float* alpha, int64_t D, int64_t d) {
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    const Vec al(alpha[r]);
+    PA_UNROLL
+    for (int x = 0; x < N; ++x) a[r][x] = Vec::loadu(acc + r * D + d + x * kV) * al;
+  }
+}
+
+template <int MR, int N>
+PA_TILE void store_acc(const Vec (&a)[MR][N], float* acc, int64_t D, int64_t d) {
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r)
+    PA_UNROLL
+    for (int x = 0; x < N; ++x) a[r][x].store(acc + r * D + d + x * kV);
+}
+
 // acc[r][d..d+NV*kV) = acc * alpha[r] + sum_{j in [j0, j1)} P(r, j) v[j][d..], for MR rows.
 // The accumulator row is in load_pair's order for VT (pair order when kPairSplit<VT>).
 // P(r, j) = p[r * prs + j * pts] (either layout); v rows are [.][D] of type VT. The accumulator
@@ -290,12 +311,7 @@ template <int MR, int NV, typename VT>
 PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int64_t D, int j0,
                     int j1, const float* alpha, float* acc, int64_t d) {
   Vec a[MR][NV];
-  PA_UNROLL
-  for (int r = 0; r < MR; ++r) {
-    const Vec al(alpha[r]);
-    PA_UNROLL
-    for (int x = 0; x < NV; ++x) a[r][x] = Vec::loadu(acc + r * D + d + x * kV) * al;
-  }
+  load_acc(a, acc, alpha, D, d);
   for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
     const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
     const VT* v = vr.vb[i] + d;
@@ -318,10 +334,7 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int
     }
     jb = je;
   }
-  PA_UNROLL
-  for (int r = 0; r < MR; ++r)
-    PA_UNROLL
-    for (int x = 0; x < NV; ++x) a[r][x].store(acc + r * D + d + x * kV);
+  store_acc(a, acc, D, d);
 }
 
 template <int MR, typename VT>
@@ -351,5 +364,114 @@ inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int
     default: break;
   }
 }
+
+
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+// ---- P.V with bf16 probabilities (the kDotBf16 path) -------------------------------------------
+// P rounded to bf16 (as the Triton kernels round p to the model dtype for their P.V dot), then two
+// keys a step by vdpbf16ps: one instruction does 16 lanes x 2 keys where the fp32 path widens V
+// and issues two FMAs. The accumulator keeps load_pair's pair order.
+
+// pb[r * ldp + j] = s[r * lds + j] rounded to bf16 (nearest even), j in [j0, j1).
+inline void round_probs(const float* s, int64_t lds, int R, int j0, int j1, c10::BFloat16* pb,
+                        int64_t ldp) {
+  for (int r = 0; r < R; ++r) {
+    const float* z = s + r * lds;
+    int j = j0;
+    for (; j + 16 <= j1; j += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + r * ldp + j),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(z + j))));
+    if (j < j1) {
+      const __mmask16 lanes = (__mmask16{1} << (j1 - j)) - 1;
+      _mm256_mask_storeu_epi16(pb + r * ldp + j, lanes,
+                               reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                                   _mm512_maskz_loadu_ps(lanes, z + j))));
+    }
+  }
+}
+
+// One chunk of 32 elements of V rows x and y (key j, j + 1) as the vdpbf16ps operands of pair
+// order: `even` holds (x[2i], y[2i]) in lane i, `odd` (x[2i+1], y[2i+1]).
+PA_TILE void pair_keys(__m512i x, __m512i y, __m512bh& even, __m512bh& odd) {
+  constexpr __mmask32 kHigh = 0xAAAAAAAAu;  // the upper bf16 of each 32-bit lane
+  even = reinterpret_cast<__m512bh>(_mm512_mask_blend_epi16(kHigh, x, _mm512_slli_epi32(y, 16)));
+  odd = reinterpret_cast<__m512bh>(_mm512_mask_blend_epi16(kHigh, _mm512_srli_epi32(x, 16), y));
+}
+
+// pv_tile for bf16 P and V over NC chunks of 32 elements (2 * NC accumulators per row), or, with
+// NC == 0, one tail chunk of 16 elements in natural order. `last` marks a lone key: its partner
+// is zero in both P and V.
+template <int MR, int NC>
+PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> vr, int64_t D,
+                          int j0, int j1, const float* alpha, float* acc, int64_t d) {
+  constexpr int NA = NC == 0 ? 1 : 2 * NC;
+  Vec a[MR][NA];
+  load_acc(a, acc, alpha, D, d);
+  auto step = [&](const c10::BFloat16* x, const c10::BFloat16* y, int j) PA_TILE_LAMBDA {
+    __m512bh w[NA];
+    if constexpr (NC == 0) {
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+      const __m512i hi = y ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y)))
+                           : _mm512_setzero_si512();
+      w[0] = reinterpret_cast<__m512bh>(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    } else {
+      PA_UNROLL
+      for (int c = 0; c < NC; ++c) {
+        const __m512i xv = _mm512_loadu_si512(x + c * 32);
+        const __m512i yv = y ? _mm512_loadu_si512(y + c * 32) : _mm512_setzero_si512();
+        pair_keys(xv, yv, w[2 * c], w[2 * c + 1]);
+      }
+    }
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      uint32_t bits;
+      if (y) {
+        std::memcpy(&bits, p + r * prs + j, sizeof(bits));
+      } else {
+        uint16_t one;
+        std::memcpy(&one, p + r * prs + j, sizeof(one));
+        bits = one;
+      }
+      const auto pp = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(bits)));
+      PA_UNROLL
+      for (int x2 = 0; x2 < NA; ++x2) a[r][x2] = _mm512_dpbf16_ps(a[r][x2], pp, w[x2]);
+    }
+  };
+  for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
+    const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
+    const c10::BFloat16* v = vr.vb[i] + d;
+    int j = jb;
+    for (; j + 2 <= je; j += 2) step(v + (j - base) * D, v + (j + 1 - base) * D, j);
+    if (j < je) step(v + (j - base) * D, nullptr, j);
+    jb = je;
+  }
+  store_acc(a, acc, D, d);
+}
+
+template <int MR>
+inline void pv_rows_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> v, int64_t D,
+                         int j0, int j1, const float* alpha, float* acc) {
+  // 2 * NC * MR accumulators + 2 * NC operands + 1 broadcast of AVX-512's 32 registers
+  constexpr int NC = MR >= 3 ? 2 : 4;
+  int64_t d = 0;
+  for (; d + NC * 32 <= D; d += NC * 32)
+    pv_tile_bf16<MR, NC>(p, prs, v, D, j0, j1, alpha, acc, d);
+  for (; d + 32 <= D; d += 32) pv_tile_bf16<MR, 1>(p, prs, v, D, j0, j1, alpha, acc, d);
+  if (d < D) pv_tile_bf16<MR, 0>(p, prs, v, D, j0, j1, alpha, acc, d);  // D % 32 == 16
+}
+
+inline void pv(int R, const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> v, int64_t D,
+               int j0, int j1, const float* alpha, float* acc) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4)
+    pv_rows_bf16<4>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D);
+  switch (R - r) {
+    case 3: pv_rows_bf16<3>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D); break;
+    case 2: pv_rows_bf16<2>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D); break;
+    case 1: pv_rows_bf16<1>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D); break;
+    default: break;
+  }
+}
+#endif
 
 }  // namespace pa_attn

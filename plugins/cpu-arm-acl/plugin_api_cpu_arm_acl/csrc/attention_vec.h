@@ -81,7 +81,9 @@ inline void load_pair(const T* p, Vec& first, Vec& second) {
 // Decode scores straight from bf16 query and bf16 K with AVX-512 BF16's vdpbf16ps (32 exact
 // bf16 products a step, summed in fp32), where the build CPU has it: half the instructions of
 // widening K and two FMAs, no pair order for q. The query is then kept unscaled (bf16 is exact
-// only for the query as given) and the scale applied to each score.
+// only for the query as given) and the scale applied to each score. P.V on this path rounds the
+// probabilities to bf16 and takes vdpbf16ps too (pv_tile_bf16), as the Triton kernels round p
+// to the model dtype for their P.V dot.
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
 template <typename KT, typename QT>
 constexpr bool kDotBf16 = std::is_same_v<KT, c10::BFloat16> && std::is_same_v<QT, c10::BFloat16>;
@@ -113,11 +115,13 @@ inline float reduce_max(const Vec& v) {
       [](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
 }
 
-// Asks for `bytes` starting at p to be brought towards L1 (the next K or V block of a request
-// lives at an unrelated address, out of the hardware prefetcher's sight).
+// Asks for `bytes` starting at p to be brought into L2 (the next K or V block of a request
+// lives at an unrelated address, out of the hardware prefetcher's sight). L2, not L1: on the
+// Zen 4 the same prefetches into L1 took 1.05-1.38x the time (cold decode, all three x86
+// builds; into L1 they hold the core's few L1 miss buffers); non-temporal ones 1.1-1.2x.
 inline void prefetch(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
 }
 
 }  // namespace pa_attn
