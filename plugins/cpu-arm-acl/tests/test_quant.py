@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
+from plugin_api.machines import MACHINES
 from plugin_api.ops.provenance import record_ops
 from plugin_api.ops.quant import QuantSpec, per_token_group_quant, scales_like
 from plugin_api.reference.quant import ReferenceQuant
+from plugin_api_cpu_arm_acl.quant import NativeGroupQuant
 
 FP8 = torch.float8_e4m3fn
 
@@ -85,3 +89,20 @@ def test_a_nan_makes_its_group_scale_nan_like_the_reference(onednn_backend):
     x[1, 200] = float("nan")
     _, s = per_token_group_quant(x, 128, torch.int8, backend=onednn_backend)
     assert s.isnan().tolist() == [[True, False], [False, True]]
+
+
+@pytest.mark.parametrize(
+    "drop,want",
+    [((), "AVX-512"), (("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"), "AVX2")],
+    ids=["avx512", "avx2-only"],
+)
+def test_the_decision_names_the_vector_path(drop, want):
+    """The reason shown by doctor names the kernel's widest path for that CPU (an x86 host
+    without AVX-512 runs the 8-lane path only); Arm runs the scalar C++."""
+    spec = QuantSpec(k=1024, in_dtype=torch.bfloat16, group_size=128, dtype=torch.int8)
+    x86 = MACHINES["xeon-cpu"]
+    info = replace(x86, cpu_flags=x86.cpu_flags - set(drop))
+    reason = " ".join(NativeGroupQuant().supports(spec, info).reasons)
+    assert reason.startswith(want + " ") or reason.startswith(want + " (")
+    arm = " ".join(NativeGroupQuant().supports(spec, MACHINES["graviton4"]).reasons)
+    assert arm.startswith("scalar C++")

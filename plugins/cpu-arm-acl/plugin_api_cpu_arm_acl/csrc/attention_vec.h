@@ -117,8 +117,8 @@ inline float reduce_max(const Vec& v) {
 
 // Asks for `bytes` starting at p to be brought into L2 (the next K or V block of a request
 // lives at an unrelated address, out of the hardware prefetcher's sight). L2, not L1: on the
-// Zen 4 the same prefetches into L1 took 1.05-1.38x the time (cold decode, all three x86
-// builds; into L1 they hold the core's few L1 miss buffers); non-temporal ones 1.1-1.2x.
+// Zen 4 the same prefetches into L1 took 1.08-1.38x the time (cold decode, all three x86
+// builds), non-temporal ones 1.12-1.19x.
 inline void prefetch(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
