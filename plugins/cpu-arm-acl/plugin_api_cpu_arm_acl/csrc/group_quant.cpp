@@ -296,8 +296,12 @@ void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m
   // could pass qmax there: that and non-finite groups keep the clamp.
   const bool in_range = std::isfinite(amax) && s >= 0x1p-126f;
   // every quotient of the vector loop is RN(x / s) >= RN(amin / s) (monotone): none is in fp8's
-  // fixed-point range when that is >= 2^-6 (false for an empty loop's all-ones amin, a NaN)
-  const bool all_normal = FP8 && in_range && bits_to_f32(amin_bits) / s >= 0x1p-6f;
+  // fixed-point range when amin >= s * 2^-6 (exact for s >= 2^-100), which implies
+  // RN(amin / s) >= 2^-6 without a second division on the group's serial path (the rare
+  // group that only the rounding lifts to 2^-6 takes the general conversion, also exact).
+  // False for an empty loop's all-ones amin, a NaN.
+  const bool all_normal =
+      FP8 && in_range && s >= 0x1p-100f && bits_to_f32(amin_bits) >= s * 0x1p-6f;
 
   // int8: clamping before the conversion equals rounding then clamping (both monotone), and
   // _mm256_cvtps_epi32 rounds half to even; a NaN quotient becomes -128, as max_ps makes it.
@@ -317,23 +321,33 @@ void quant_group(const void* x, int64_t begin, int64_t len, float eps, bool ue8m
 #ifdef PA_AVX512
   {
     const __m512 ws = _mm512_set1_ps(s);
-    for (; i + 16 <= len; i += 16) {  // code8 on 16 lanes; codes to bytes by one narrowing
-      const __m512 y = _mm512_div_ps(load16<DT>(x, begin + i), ws);  // IEEE division
-      __m512i c;
-      if (all_normal) {
-        c = e4m3_normal_16(y);
-      } else if (in_range) {
-        if constexpr (FP8) c = e4m3_16(y);
-        else c = _mm512_cvtps_epi32(y);
-      } else if constexpr (FP8) {
-        c = e4m3_16(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-448.0f)),
-                                  _mm512_set1_ps(448.0f)));
-      } else {
-        c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-128.0f)),
-                                             _mm512_set1_ps(127.0f)));
+    auto code16 = [&](int64_t at) -> __m512i {  // code8 on 16 lanes
+      const __m512 y = _mm512_div_ps(load16<DT>(x, begin + at), ws);  // IEEE division
+      if (all_normal) return e4m3_normal_16(y);
+      if (in_range) {
+        if constexpr (FP8) return e4m3_16(y);
+        return _mm512_cvtps_epi32(y);
       }
-      // int8 lanes are in [-128, 127] (saturation never acts), fp8 codes in [0, 255]
-      const __m128i bytes = FP8 ? _mm512_cvtepi32_epi8(c) : _mm512_cvtsepi32_epi8(c);
+      if constexpr (FP8)
+        return e4m3_16(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-448.0f)),
+                                     _mm512_set1_ps(448.0f)));
+      return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-128.0f)),
+                                              _mm512_set1_ps(127.0f)));
+    };
+    // fp8: 64 codes (all in [0, 255]) to bytes by two packs and one lane fix-up, one 64-byte
+    // store (with the single-division all_normal test: 0.86x the time at group 128, 0.91x at
+    // 64 on the Zen 4, hot, one thread). int8 keeps the saturating narrow of 16 lanes (its lanes
+    // are in [-128, 127], saturation never acts): the packs gained nothing there.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (; FP8 && i + 64 <= len; i += 64) {
+      const __m512i ab = _mm512_packs_epi32(code16(i), code16(i + 16));
+      const __m512i cd = _mm512_packs_epi32(code16(i + 32), code16(i + 48));
+      const __m512i bytes = FP8 ? _mm512_packus_epi16(ab, cd) : _mm512_packs_epi16(ab, cd);
+      _mm512_storeu_si512(q + begin + i, _mm512_permutexvar_epi32(order, bytes));
+    }
+    for (; i + 16 <= len; i += 16) {
+      const __m128i bytes =
+          FP8 ? _mm512_cvtepi32_epi8(code16(i)) : _mm512_cvtsepi32_epi8(code16(i));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + begin + i), bytes);
     }
   }
