@@ -124,4 +124,10 @@ inline void prefetch(const void* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
 }
 
+// The same into L1, for rows about to be read that `prefetch` already brought to L2.
+inline void prefetch_l1(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
 }  // namespace pa_attn
