@@ -56,6 +56,19 @@ def panel_isa(info: DeviceInfo) -> str:
     return "generic"
 
 
+def quant_isa(info: DeviceInfo) -> str:
+    """The widest vector path of the group-quant kernel for this CPU (it is built with
+    ``-march=native``): ``avx512`` (AVX-512 F/BW/VL, with AVX2 for the rest of a group), ``avx2``
+    (AVX2, FMA, F16C), else ``scalar`` (compiler-vectorised C++); group_quant.cpp's PA_AVX512
+    and PA_AVX2."""
+    avx2 = {"avx2", "fma", "f16c"}
+    if info.machine in X86 and avx2 | {"avx512f", "avx512bw", "avx512vl"} <= info.cpu_flags:
+        return "avx512"
+    if info.machine in X86 and avx2 <= info.cpu_flags:
+        return "avx2"
+    return "scalar"
+
+
 def int8_panel_exact(info: DeviceInfo) -> bool:
     """Whether the panel GEMM has an exact int8 kernel here: AVX2's vpmaddwd on int8 widened to
     int16 sums pairs into int32, so nothing saturates. Other ISAs have none (Arm: oneDNN's int8

@@ -15,9 +15,7 @@ from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.quant import QuantSpec
 
 from .build import extension
-from .isa import X86
-
-AVX512 = ("avx512f", "avx512bw", "avx512vl")  # group_quant.cpp's PA_AVX512
+from .isa import quant_isa
 
 
 class NativeGroupQuant:
@@ -28,14 +26,11 @@ class NativeGroupQuant:
         self.threads = threads
 
     def supports(self, spec: QuantSpec, info: DeviceInfo) -> Decision:
-        flags = info.cpu_flags
-        # the extension is built with -march=native: these are the build CPU's vector paths
-        if info.machine in X86 and {"avx2", "fma", "f16c", *AVX512} <= flags:
-            how = "AVX-512 (AVX2 for the rest of a group)"
-        elif info.machine in X86 and {"avx2", "fma", "f16c"} <= flags:
-            how = "AVX2"
-        else:
-            how = "scalar C++ (compiler-vectorised)"
+        how = {
+            "avx512": "AVX-512 (AVX2 for the rest of a group)",
+            "avx2": "AVX2",
+            "scalar": "scalar C++ (compiler-vectorised)",
+        }[quant_isa(info)]
         return Decision.accept(f"{how} kernel, OpenMP over (row, group); bit-exact rule")
 
     def quantize(

@@ -369,7 +369,6 @@ inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int
   }
 }
 
-
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
 // ---- P.V with bf16 probabilities (the kDotBf16 path) -------------------------------------------
 // P rounded to bf16 (as the Triton kernels round p to the model dtype for their P.V dot), then two
@@ -403,8 +402,8 @@ PA_TILE void pair_keys(__m512i x, __m512i y, __m512bh& even, __m512bh& odd) {
 }
 
 // pv_tile for bf16 P and V over NC chunks of 32 elements (2 * NC accumulators per row), or, with
-// NC == 0, one tail chunk of 16 elements in natural order. `last` marks a lone key: its partner
-// is zero in both P and V.
+// NC == 0, one tail chunk of 16 elements in natural order. A lone key (step's y null) pairs with
+// zero in both P and V.
 template <int MR, int NC>
 PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> vr, int64_t D,
                           int j0, int j1, const float* alpha, float* acc, int64_t d) {
@@ -414,9 +413,10 @@ PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat
   auto step = [&](const c10::BFloat16* x, const c10::BFloat16* y, int j) PA_TILE_LAMBDA {
     __m512bh w[NA];
     if constexpr (NC == 0) {
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-      const __m512i hi = y ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y)))
-                           : _mm512_setzero_si512();
+      auto widen = [](const c10::BFloat16* r) {
+        return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+      };
+      const __m512i lo = widen(x), hi = y ? widen(y) : _mm512_setzero_si512();
       w[0] = reinterpret_cast<__m512bh>(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     } else {
       PA_UNROLL
