@@ -114,8 +114,8 @@ c10::intrusive_ptr<Primitive> matmul(std::vector<int64_t> conf,
   return out;
 }
 
-void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, const Tensor& q,
-           const Tensor& scales, int64_t threads) {
+void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, bool stream,
+           const Tensor& q, const Tensor& scales, int64_t threads) {
   check_cpu(x, "x");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && group > 0 && x.size(1) % group == 0,
               "pa_cpu_onednn: x must be [M, K] contiguous with K % group == 0");
@@ -127,7 +127,7 @@ void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, con
   const int64_t dt = code_of(x);
   TORCH_CHECK(dt != kS8, "pa_cpu_onednn: x must be floating point");
   group_quant(x.data_ptr(), dt, x.size(0), x.size(1), group, fp8, static_cast<float>(eps), ue8m0,
-              q.data_ptr(), scales.data_ptr<float>(), scales.stride(0), scales.stride(1),
+              stream, q.data_ptr(), scales.data_ptr<float>(), scales.stride(0), scales.stride(1),
               threads);
 }
 

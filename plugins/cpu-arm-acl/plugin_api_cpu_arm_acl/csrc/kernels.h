@@ -44,10 +44,11 @@ void run_matmul(const Matmul& mm, const Packed& p, const void* src, const void* 
 std::string onednn_version();
 
 // Per-token-group quantization (docs/ops.md): x [m, k] (type x_dt, contiguous) to q [m, k]
-// (int8 or fp8 e4m3fn bytes), scales fp32 at scales[r * s_row + g * s_col].
+// (int8 or fp8 e4m3fn bytes), scales fp32 at scales[r * s_row + g * s_col]. stream: write the
+// codes past the caches (for outputs too large to stay cached for their reader).
 void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t group, bool fp8,
-                 float eps, bool ue8m0, void* q, float* scales, int64_t s_row, int64_t s_col,
-                 int64_t threads);
+                 float eps, bool ue8m0, bool stream, void* q, float* scales, int64_t s_row,
+                 int64_t s_col, int64_t threads);
 
 // Panel GEMMs (panel_gemm.cpp) for CPUs where oneDNN has no fitting kernel: bf16/fp16 weights
 // kept 16-bit and widened to fp32 in registers (fp32 accumulation), and exact int8 (int32
