@@ -255,6 +255,7 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
   const int Rh = R / static_cast<int>(heads);
   const int64_t k0 = item[kK0], k1 = item[kK1];
   const int64_t run = run_blocks(bs, heads, D, sizeof(KT)), lds = run * bs;
+  static_assert(kRunKeys / 16 <= kMaxRunBlocks);
   const KT* vb[kMaxHeadGroup][kRunKeys / 16];
   const KT* kp = kv.k(first);
   const auto* q = [&] {  // the rows as load_queries left them
@@ -271,14 +272,13 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
       const int i = static_cast<int>(b - c), off = i * static_cast<int>(bs);
       const KT* next = b < last ? kv.k(b + 1) : nullptr;
       const int j0 = std::max(cj0 - off, 0), j1 = std::min(cj1 - off, static_cast<int>(bs));
-      // heads in cache order, so that the block's K (and, prefetched, the next block's K and
-      // V) is read front to back
+      // heads in cache order, so that the block's K (and, prefetched, the next block's K) is
+      // read front to back
       for (int64_t h = 0; h < heads; ++h) {
         const KT* kh = kp + h * kv.head;
         vb[h][i] = kh + kv.kv;
         const KT* next_k = next ? next + h * kv.head : nullptr;
-        const KT* next_v = next ? next_k + kv.kv : nullptr;
-        qk_dot(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k, next_v);
+        qk_dot(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k);
       }
       kp = next;
     }
@@ -288,18 +288,30 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
     }
     softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), kBf16Dot ? st.scale : 1.f,
                 st.mk.soft_cap, w.m, w.l, w.alpha);
+    // head h's V rows of the next run, prefetched during head h's P.V
+    const int64_t n_end = std::min(last + 1, c_end + run);
+    auto next_v = [&](int64_t h) {
+      LineQueue ahead;
+      for (int64_t b = c_end; b < n_end; ++b)
+        ahead.add(kv.k(b) + h * kv.head + kv.kv, bs * D * static_cast<int64_t>(sizeof(KT)));
+      return ahead;
+    };
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
     if constexpr (kBf16Dot) {
       round_probs(w.s, lds, R, cj0, cj1, w.pb, lds);
-      for (int64_t h = 0; h < heads; ++h)
+      for (int64_t h = 0; h < heads; ++h) {
+        LineQueue ahead = next_v(h);
         pv(Rh, w.pb + h * Rh * lds, lds, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
-           w.alpha + h * Rh, w.acc + h * Rh * D);
+           w.alpha + h * Rh, w.acc + h * Rh * D, ahead);
+      }
       continue;
     }
 #endif
-    for (int64_t h = 0; h < heads; ++h)
+    for (int64_t h = 0; h < heads; ++h) {
+      LineQueue ahead = next_v(h);
       pv(Rh, w.s + h * Rh * lds, lds, 1, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
-         w.alpha + h * Rh, w.acc + h * Rh * D);
+         w.alpha + h * Rh, w.acc + h * Rh * D, ahead);
+    }
   }
 }
 
@@ -337,7 +349,8 @@ void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, 
     const bool full = max_lo <= kb + j0 && min_hi >= kb + j1;
     softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, st.mk.soft_cap,
                  w.m, w.l, w.alpha);
-    pv(R, w.s, 1, Rp, VRows<float>{&vf, static_cast<int>(bs)}, D, j0, j1, w.alpha, w.acc);
+    LineQueue none;  // the next block's V went out with its K above
+    pv(R, w.s, 1, Rp, VRows<float>{&vf, static_cast<int>(bs)}, D, j0, j1, w.alpha, w.acc, none);
   }
 }
 

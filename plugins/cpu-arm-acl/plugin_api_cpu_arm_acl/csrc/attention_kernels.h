@@ -122,39 +122,39 @@ inline void prefetch_rows(const KT* next_k, const KT* next_v, int j, int n, int6
 
 template <int MR, typename QT, typename KT>
 inline void qk_dot_rows(const QT* q, const KT* k, int64_t D, int j0, int j1, float* s,
-                        int64_t lds, const KT* next_k, const KT* next_v) {
+                        int64_t lds, const KT* next_k) {
   // enough independent accumulators to keep both FMA pipes busy, few enough not to spill
   // (AVX2 has 16 vector registers: MR * NT accumulators + NT loads + 1)
   constexpr int NT = MR >= 3 ? 2 : 4;
+  constexpr int64_t row_bytes = sizeof(KT);
   int j = j0;
   for (; j + NT <= j1; j += NT) {
-    prefetch_rows(next_k, next_v, j, NT, D);
+    if (next_k) prefetch(next_k + j * D, NT * D * row_bytes);
     // this block's K rows two tiles ahead, from L2 into L1: the cold decode on the Zen 4 took
     // 0.94-0.96x the time at batch 8-16 (1.03-1.09x for one thread with the KV in cache)
-    if (j + 3 * NT <= j1)
-      prefetch_l1(k + (j + 2 * NT) * D, NT * D * static_cast<int64_t>(sizeof(KT)));
+    if (j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * row_bytes);
     qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
   }
   for (; j < j1; ++j) {
-    prefetch_rows(next_k, next_v, j, 1, D);
+    if (next_k) prefetch(next_k + j * D, D * row_bytes);
     qk_dot_tile<MR, 1>(q, k, D, j, s, lds);
   }
 }
 
-// next_k/next_v: the next block's K and V rows to prefetch (null: none), read while the first
-// row tile runs.
+// next_k: the next block's K rows to prefetch (null: none), read while the first row tile runs
+// (its V rows go out during P.V: LineQueue).
 template <typename QT, typename KT>
 inline void qk_dot(int R, const QT* q, const KT* k, int64_t D, int j0, int j1, float* s,
-                   int64_t lds, const KT* next_k, const KT* next_v) {
+                   int64_t lds, const KT* next_k) {
   int r = 0;
   for (; r + 4 <= R; r += 4) {
-    qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v);
-    next_k = next_v = nullptr;
+    qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k);
+    next_k = nullptr;
   }
   switch (R - r) {
-    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
-    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
-    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, next_v); break;
+    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k); break;
+    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k); break;
+    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k); break;
     default: break;
   }
 }
@@ -288,6 +288,43 @@ struct VRows {
   int bs;
 };
 
+// Blocks of a dot-layout run at most (attention.cpp's kRunKeys over the smallest block, 16).
+constexpr int kMaxRunBlocks = 8;
+
+// Cache lines to prefetch, handed out a few per P.V step: the P.V of a run takes the next run's
+// V rows this way, so that the memory keeps streaming while P.V computes. (Prefetched with the
+// next block's K in the score loop instead, they all went out before the softmax and the memory
+// sat idle during P.V: on the Zen 4, cold, the same decode without its P.V took 0.77x the time.)
+struct LineQueue {
+  const char* chunk[kMaxRunBlocks] = {};
+  int chunks = 0;
+  int64_t chunk_bytes = 0;
+  int at = 0;
+  int64_t off = 0;
+  int per_step = 0;
+
+  void add(const void* p, int64_t bytes) {
+    chunk[chunks++] = static_cast<const char*>(p);
+    chunk_bytes = bytes;
+  }
+  // Hand the lines out over about `steps` calls of pop().
+  void spread(int64_t steps) {
+    const int64_t lines = chunks * ((chunk_bytes + 63) / 64);
+    per_step = static_cast<int>((lines + steps - 1) / std::max<int64_t>(steps, 1));
+  }
+  // per_step lines (fewer at the end of a chunk): one test per call, not per line
+  inline void pop() {
+    if (at == chunks) return;
+    const int64_t n = std::min<int64_t>(per_step * int64_t{64}, chunk_bytes - off);
+    for (int64_t o = 0; o < n; o += 64) __builtin_prefetch(chunk[at] + off + o, 0, 2);
+    off += n;
+    if (off >= chunk_bytes) off = 0, ++at;
+  }
+  void drain() {
+    for (; at < chunks; off = 0, ++at) prefetch(chunk[at] + off, chunk_bytes - off);
+  }
+};
+
 // The P.V tiles' accumulators: a[r][x] = acc[r][d + x * kV..] * alpha[r], and back.
 template <int MR, int N>
 PA_TILE void load_acc(Vec (&a)[MR][N], const float* acc, const float* alpha, int64_t D, int64_t d) {
@@ -313,13 +350,14 @@ PA_TILE void store_acc(const Vec (&a)[MR][N], float* acc, int64_t D, int64_t d) 
 // stays in registers across all blocks of the run.
 template <int MR, int NV, typename VT>
 PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int64_t D, int j0,
-                    int j1, const float* alpha, float* acc, int64_t d) {
+                    int j1, const float* alpha, float* acc, int64_t d, LineQueue& ahead) {
   Vec a[MR][NV];
   load_acc(a, acc, alpha, D, d);
   for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
     const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
     const VT* v = vr.vb[i] + d;
     for (int j = jb; j < je; ++j) {
+      ahead.pop();
       const VT* row = v + (j - base) * D;
       Vec vv[NV];
       if constexpr (NV % 2 == 0) {  // whole pairs: the accumulator is in load_pair's order
@@ -343,30 +381,34 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int
 
 template <int MR, typename VT>
 inline void pv_rows(const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
-                    int j1, const float* alpha, float* acc) {
+                    int j1, const float* alpha, float* acc, LineQueue& ahead) {
   // MR * NV + NV + 1 registers, as in qk_dot_rows; AVX-512's 32 fit NV = 4 at every MR (A/B on
   // the Zen 4: 0.92-0.98x the time of NV = 2 at 4 rows; wider score tiles were slower there)
   constexpr int NV = MR >= 3 && kV < 16 ? 2 : 4;
   int64_t d = 0;
   for (; d + NV * kV <= D; d += NV * kV)
-    pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
+    pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d, ahead);
   // chunks of 2 * kV stay pairs (pair order), only a shorter tail is single
-  for (; d + 2 * kV <= D; d += 2 * kV) pv_tile<MR, 2>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
-  for (; d < D; d += kV) pv_tile<MR, 1>(p, prs, pts, v, D, j0, j1, alpha, acc, d);
+  for (; d + 2 * kV <= D; d += 2 * kV)
+    pv_tile<MR, 2>(p, prs, pts, v, D, j0, j1, alpha, acc, d, ahead);
+  for (; d < D; d += kV) pv_tile<MR, 1>(p, prs, pts, v, D, j0, j1, alpha, acc, d, ahead);
 }
 
+// ahead: lines to prefetch meanwhile (see LineQueue), all requested by the return.
 template <typename VT>
 inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
-               int j1, const float* alpha, float* acc) {
+               int j1, const float* alpha, float* acc, LineQueue& ahead) {
+  ahead.spread((R + 3) / 4 * std::max<int64_t>(D / (4 * kV), 1) * (j1 - j0));
   int r = 0;
   for (; r + 4 <= R; r += 4)
-    pv_rows<4>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D);
+    pv_rows<4>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead);
   switch (R - r) {
-    case 3: pv_rows<3>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D); break;
-    case 2: pv_rows<2>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D); break;
-    case 1: pv_rows<1>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D); break;
+    case 3: pv_rows<3>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 2: pv_rows<2>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 1: pv_rows<1>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
     default: break;
   }
+  ahead.drain();
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
@@ -406,11 +448,13 @@ PA_TILE void pair_keys(__m512i x, __m512i y, __m512bh& even, __m512bh& odd) {
 // zero in both P and V.
 template <int MR, int NC>
 PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> vr, int64_t D,
-                          int j0, int j1, const float* alpha, float* acc, int64_t d) {
+                          int j0, int j1, const float* alpha, float* acc, int64_t d,
+                          LineQueue& ahead) {
   constexpr int NA = NC == 0 ? 1 : 2 * NC;
   Vec a[MR][NA];
   load_acc(a, acc, alpha, D, d);
   auto step = [&](const c10::BFloat16* x, const c10::BFloat16* y, int j) PA_TILE_LAMBDA {
+    ahead.pop();
     __m512bh w[NA];
     if constexpr (NC == 0) {
       auto widen = [](const c10::BFloat16* r) {
@@ -454,27 +498,29 @@ PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat
 
 template <int MR>
 inline void pv_rows_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> v, int64_t D,
-                         int j0, int j1, const float* alpha, float* acc) {
+                         int j0, int j1, const float* alpha, float* acc, LineQueue& ahead) {
   // 2 * NC * MR accumulators + 2 * NC operands + 1 broadcast of AVX-512's 32 registers
   constexpr int NC = MR >= 3 ? 2 : 4;
   int64_t d = 0;
   for (; d + NC * 32 <= D; d += NC * 32)
-    pv_tile_bf16<MR, NC>(p, prs, v, D, j0, j1, alpha, acc, d);
-  for (; d + 32 <= D; d += 32) pv_tile_bf16<MR, 1>(p, prs, v, D, j0, j1, alpha, acc, d);
-  if (d < D) pv_tile_bf16<MR, 0>(p, prs, v, D, j0, j1, alpha, acc, d);  // D % 32 == 16
+    pv_tile_bf16<MR, NC>(p, prs, v, D, j0, j1, alpha, acc, d, ahead);
+  for (; d + 32 <= D; d += 32) pv_tile_bf16<MR, 1>(p, prs, v, D, j0, j1, alpha, acc, d, ahead);
+  if (d < D) pv_tile_bf16<MR, 0>(p, prs, v, D, j0, j1, alpha, acc, d, ahead);  // D % 32 == 16
 }
 
 inline void pv(int R, const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> v, int64_t D,
-               int j0, int j1, const float* alpha, float* acc) {
+               int j0, int j1, const float* alpha, float* acc, LineQueue& ahead) {
+  ahead.spread((R + 3) / 4 * std::max<int64_t>(D / 64, 1) * ((j1 - j0 + 1) / 2));
   int r = 0;
   for (; r + 4 <= R; r += 4)
-    pv_rows_bf16<4>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D);
+    pv_rows_bf16<4>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead);
   switch (R - r) {
-    case 3: pv_rows_bf16<3>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D); break;
-    case 2: pv_rows_bf16<2>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D); break;
-    case 1: pv_rows_bf16<1>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D); break;
+    case 3: pv_rows_bf16<3>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 2: pv_rows_bf16<2>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 1: pv_rows_bf16<1>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
     default: break;
   }
+  ahead.drain();
 }
 #endif
 
