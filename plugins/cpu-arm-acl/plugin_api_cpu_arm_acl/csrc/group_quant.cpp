@@ -449,41 +449,19 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
   for (; i < len; ++i) q[begin + i] = quant_one(load_one(x, DT, begin + i), s, FP8);
 }
 
-// Groups a thread takes at a time: fp8 plans 16 groups (their scales) before it converts them,
-// so that each group's serial path (abs-max reduction, scale division, range tests) overlaps
-// the others' instead of stalling its own conversion (Zen 4, one thread, hot: 0.78x the time;
-// two threads, cold: 0.91-0.95x, with the next batch prefetched during the conversion). int8's
-// shorter conversion already hides that path and runs slower batched (1.05-1.18x).
-template <bool FP8>
-constexpr int64_t kBatch = FP8 ? 16 : 1;
-
 template <int64_t DT, bool FP8>
 void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, bool ue8m0,
                 bool stream, uint8_t* out, float* scales, int64_t s_row, int64_t s_col,
                 int nthr) {
   const int64_t groups = k / group, total = m * groups;
-  const int64_t group_bytes = group * (DT == kF32 ? 4 : 2);
-  const char* x_end = static_cast<const char*>(x) + total * group_bytes;
 #pragma omp parallel num_threads(nthr)
   {
 #pragma omp for schedule(static) nowait
-    for (int64_t t0 = 0; t0 < total; t0 += kBatch<FP8>) {
+    for (int64_t t = 0; t < total; ++t) {
       // the groups are consecutive in x and q: group t starts at element t * group
-      const int64_t nb = std::min(kBatch<FP8>, total - t0);
-      GroupPlan plans[kBatch<FP8>];
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t t = t0 + b;
-        plans[b] = plan_group<DT, FP8>(x, t * group, group, eps, ue8m0);
-        scales[(t / groups) * s_row + (t % groups) * s_col] = plans[b].s;
-      }
-      const char* next = static_cast<const char*>(x) + (t0 + nb) * group_bytes;
-      for (int64_t b = 0; b < nb; ++b) {
-        if constexpr (kBatch<FP8> > 1) {  // the next batch's input, a group's worth per group
-          for (int64_t o = b * group_bytes; o < (b + 1) * group_bytes; o += 64)
-            if (next + o < x_end) __builtin_prefetch(next + o, 0, 3);
-        }
-        emit_group<DT, FP8>(x, (t0 + b) * group, group, plans[b], stream, out);
-      }
+      const GroupPlan plan = plan_group<DT, FP8>(x, t * group, group, eps, ue8m0);
+      scales[(t / groups) * s_row + (t % groups) * s_col] = plan.s;
+      emit_group<DT, FP8>(x, t * group, group, plan, stream, out);
     }
 #ifdef PA_AVX512
     // streamed stores are weakly ordered: fence them before the region's closing barrier
@@ -499,12 +477,10 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
                  int64_t s_col, int64_t threads) {
   const int64_t groups = k / group, total = m * groups;
   auto* out = static_cast<uint8_t*>(q);
-  // no more threads than batches of groups: a decode step's single row must not wake (and wait
-  // for) idle threads, which costs more than the row itself
-  const int64_t batch = fp8 ? kBatch<true> : kBatch<false>;
+  // no more threads than groups: a decode step's single row must not wake (and wait for) idle
+  // threads, which costs more than the row itself
   const int64_t want = threads > 0 ? threads : omp_get_max_threads();
-  const int nthr =
-      static_cast<int>(std::max<int64_t>(1, std::min(want, (total + batch - 1) / batch)));
+  const int nthr = static_cast<int>(std::max<int64_t>(1, std::min(want, total)));
   auto run = [&](auto dt, auto fp8_tag) {
     quant_rows<decltype(dt)::value, decltype(fp8_tag)::value>(x, m, k, group, eps, ue8m0, stream,
                                                                 out, scales, s_row, s_col, nthr);
