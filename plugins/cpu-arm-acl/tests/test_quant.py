@@ -56,9 +56,9 @@ def test_bit_exact_with_the_reference(onednn_backend, in_dtype, dtype, group, k,
 @pytest.mark.parametrize("threads", [1, 2])
 def test_streamed_codes_are_the_same(in_dtype, dtype, group, k, threads):
     """Codes streamed past the caches (forced here for small outputs) equal the reference's,
-    for batches of fp8 groups that end mid-batch and rows whose groups are not 64-byte aligned
-    (group 100: those keep normal stores)."""
-    m = 45  # fp8 converts 16 groups at a time: 45 * 56 groups leave a partial batch
+    one and two threads, and rows whose groups are not 64-byte aligned (group 100: those keep
+    normal stores)."""
+    m = 45
     x = _awkward(m, k, in_dtype, seed=k)
     spec = QuantSpec(k, group, in_dtype, dtype)
     q, s = torch.empty(m, k, dtype=dtype), scales_like(m, k // group, False, torch.device("cpu"))
