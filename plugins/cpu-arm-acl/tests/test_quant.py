@@ -102,12 +102,53 @@ def test_groups_with_a_subnormal_scale_are_clamped(onednn_backend, dtype):
     assert (x / s.repeat_interleave(64, dim=1)).abs().max() > (127 if dtype == torch.int8 else 448)
 
 
-def test_a_nan_makes_its_group_scale_nan_like_the_reference(onednn_backend):
-    x = torch.randn(2, 256)
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+@pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32-scale", "ue8m0"])
+def test_bf16_groups_planned_16_at_a_time_keep_their_odd_cases(dtype, ue8m0):
+    """bf16 groups of a multiple of 32 elements are planned 16 at a time (AVX-512 VBMI): a NaN,
+    an inf, an all-zero group, subnormal values (a subnormal scale), a group with one large
+    value among tiny ones (fp8's fixed-point range) and -0.0, at different places in a batch.
+    NaN quotients (the NaN's group, inf / inf) get the reference's codes: int8 0, fp8 NaN."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 1024, generator=g)  # 48 groups of 128: three batches of 16
+    x[0, 3 * 128 + 5] = float("nan")
+    x[1, 1 * 128 + 70] = float("inf")
+    x[1, 5 * 128 + 2] = -float("inf")
+    x[2, 2 * 128 : 3 * 128] = 0.0
+    x[2, 7 * 128 : 8 * 128] = -0.0
+    x[3, 0:128] = torch.randn(128, generator=g) * 1e-39
+    x[4, 4 * 128 : 5 * 128] = torch.randn(128, generator=g) * 1e-4
+    x[4, 4 * 128 + 9] = 300.0
+    x = x.to(torch.bfloat16)
+    spec = QuantSpec(1024, 128, torch.bfloat16, dtype, False, ue8m0)
+    q, s = torch.empty(6, 1024, dtype=dtype), scales_like(6, 8, False, torch.device("cpu"))
+    NativeGroupQuant(threads=2).quantize(spec, x, 1e-10, q, s)
+    want_q, want_s = torch.empty_like(q), torch.empty_like(s)
+    ReferenceQuant().quantize(spec, x, 1e-10, want_q, want_s)
+    assert torch.equal(s.isnan(), want_s.isnan())  # the NaN group's (ue8m0: a power of two)
+    assert torch.equal(s.nan_to_num(), want_s.nan_to_num())
+    assert torch.equal(_bits(q), _bits(want_q))
+
+
+@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+@pytest.mark.parametrize("group", [120, 12], ids=["vector", "scalar-tail"])
+def test_a_nan_makes_its_group_scale_nan_like_the_reference(onednn_backend, in_dtype, dtype, group):
+    """A NaN (or inf / inf) quotient gets the reference's code: int8 0, fp8 NaN with its sign;
+    group 12 sends the last 4 elements of each group through the scalar code."""
+    x = torch.randn(2, 240)
     x[0, 5] = float("nan")  # early in the group, followed by numbers
-    x[1, 200] = float("nan")
-    _, s = per_token_group_quant(x, 128, torch.int8, backend=onednn_backend)
-    assert s.isnan().tolist() == [[True, False], [False, True]]
+    x[1, 200] = -float("nan")
+    x[1, 11] = float("inf")  # the last element of a group of 12: the scalar tail
+    x = x.to(in_dtype)
+    q, s = per_token_group_quant(x, group, dtype, backend=onednn_backend)
+    nan_groups = s.isnan()
+    assert nan_groups[0, 0] and nan_groups[1, 200 // group]
+    spec = QuantSpec(240, group, in_dtype, dtype)
+    want_q, want_s = torch.empty_like(q), torch.empty_like(s)
+    ReferenceQuant().quantize(spec, x, 1e-10, want_q, want_s)
+    assert torch.equal(nan_groups, want_s.isnan())
+    assert torch.equal(_bits(q), _bits(want_q))
 
 
 @pytest.mark.parametrize(

@@ -78,8 +78,15 @@ inline float group_scale(float amax, float eps, float qmax, bool ue8m0) {
   return s;
 }
 
+// A NaN quotient (a NaN in the group, or inf / inf) gets the code the reference's casts give it:
+// int8 0, fp8 NaN (0x7f with the quotient's sign).
+inline uint8_t nan_code(float y, bool fp8) {
+  return fp8 ? static_cast<uint8_t>(((f32_to_bits(y) >> 24) & 0x80) | 0x7f) : 0;
+}
+
 inline uint8_t quant_one(float v, float s, bool fp8) {
   const float y = v / s;
+  if (std::isnan(y)) return nan_code(y, fp8);
   if (fp8) return e4m3_one(std::min(std::max(y, -448.0f), 448.0f));
   const float r = std::min(std::max(std::nearbyint(y), -128.0f), 127.0f);
   return static_cast<uint8_t>(static_cast<int8_t>(r));
@@ -369,7 +376,7 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
   const bool in_range = plan.in_range, all_normal = plan.all_normal;
   const __m256 vs = _mm256_set1_ps(s);
   // int8: clamping before the conversion equals rounding then clamping (both monotone), and
-  // _mm256_cvtps_epi32 rounds half to even; a NaN quotient becomes -128, as max_ps makes it.
+  // _mm256_cvtps_epi32 rounds half to even.
   auto code8 = [&](int64_t at) -> __m256i {
     const __m256 y = _mm256_div_ps(load8<DT>(x, begin + at), vs);  // IEEE division
     if (all_normal) return e4m3_normal_8(y);
@@ -377,11 +384,19 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
       if constexpr (FP8) return e4m3_8(y);
       return _mm256_cvtps_epi32(y);
     }
-    if constexpr (FP8)
-      return e4m3_8(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-448.0f)),
-                                  _mm256_set1_ps(448.0f)));
-    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-128.0f)),
-                                            _mm256_set1_ps(127.0f)));
+    // the clamped conversion (max_ps turns a NaN into the bound), NaN lanes as nan_code has them
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(y, y, _CMP_UNORD_Q));
+    if constexpr (FP8) {
+      const __m256i code = e4m3_8(_mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(-448.0f)),
+                                                _mm256_set1_ps(448.0f)));
+      const __m256i nan_bits = _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(y), 24), _mm256_set1_epi32(0x80)),
+          _mm256_set1_epi32(0x7f));
+      return _mm256_blendv_epi8(code, nan_bits, nan);
+    }
+    return _mm256_andnot_si256(nan, _mm256_cvtps_epi32(_mm256_min_ps(
+                                        _mm256_max_ps(y, _mm256_set1_ps(-128.0f)),
+                                        _mm256_set1_ps(127.0f))));
   };
 #ifdef PA_AVX512
   {
@@ -393,11 +408,20 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
         if constexpr (FP8) return e4m3_16(y);
         return _mm512_cvtps_epi32(y);
       }
-      if constexpr (FP8)
-        return e4m3_16(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-448.0f)),
-                                     _mm512_set1_ps(448.0f)));
-      return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-128.0f)),
-                                              _mm512_set1_ps(127.0f)));
+      const __mmask16 nan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);  // as code8
+      if constexpr (FP8) {
+        const __m512i code = e4m3_16(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-448.0f)),
+                                                   _mm512_set1_ps(448.0f)));
+        const __m512i nan_bits = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(y), 24),
+                             _mm512_set1_epi32(0x80)),
+            _mm512_set1_epi32(0x7f));
+        return _mm512_mask_blend_epi32(nan, code, nan_bits);
+      }
+      return _mm512_maskz_mov_epi32(
+          static_cast<__mmask16>(~nan),
+          _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(-128.0f)),
+                                           _mm512_set1_ps(127.0f))));
     };
     auto code16 = [&](int64_t at) { return code_of(load16<DT>(x, begin + at)); };
 #ifdef PA_AVX512_VBMI
@@ -449,19 +473,123 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
   for (; i < len; ++i) q[begin + i] = quant_one(load_one(x, DT, begin + i), s, FP8);
 }
 
+#ifdef PA_AVX512_VBMI
+// The 16-bit lanes of 16 vectors (one per group) reduced to one 32-bit lane per group, in group
+// order, by a transposing tree (about 55 operations for the 16, instead of about 16 each).
+template <bool kMax>
+inline __m512i reduce_16_epu16(const __m512i (&v)[16]) {
+  auto op16 = [](__m512i a, __m512i b) {
+    return kMax ? _mm512_max_epu16(a, b) : _mm512_min_epu16(a, b);
+  };
+  __m512i w[8], u[4], r[2];
+  for (int i = 0; i < 8; ++i)  // 256-bit halves: groups 2i | 2i + 1
+    w[i] = op16(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x44),
+                _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xee));
+  for (int i = 0; i < 4; ++i)  // 128-bit lane L: group 4i + L
+    u[i] = op16(_mm512_shuffle_i64x2(w[2 * i], w[2 * i + 1], 0x88),
+                _mm512_shuffle_i64x2(w[2 * i], w[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; ++i)  // lane L, qword 0: group 8i + L, qword 1: group 8i + 4 + L
+    r[i] = op16(_mm512_unpacklo_epi64(u[2 * i], u[2 * i + 1]),
+                _mm512_unpackhi_epi64(u[2 * i], u[2 * i + 1]));
+  // each qword's two dwords combined (both then hold it), then lane L, dwords 0-3: groups L,
+  // 4 + L, 8 + L, 12 + L, each as two 16-bit partials
+  for (int i = 0; i < 2; ++i) r[i] = op16(r[i], _mm512_shuffle_epi32(r[i], _MM_PERM_CDAB));
+  const __m512i s = _mm512_castps_si512(
+      _mm512_shuffle_ps(_mm512_castsi512_ps(r[0]), _mm512_castsi512_ps(r[1]), 0x88));
+  const __m512i lo = _mm512_and_si512(s, _mm512_set1_epi32(0xffff));
+  const __m512i hi = _mm512_srli_epi32(s, 16);
+  const __m512i d = kMax ? _mm512_max_epu32(lo, hi) : _mm512_min_epu32(lo, hi);
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), d);
+}
+
+// plan_group for 16 consecutive bf16 groups of a multiple of 32 elements: the abs-max (and for
+// fp8 the abs-min, over all of a group: emit_group converts every element in vector loops) of
+// each group in 16-bit lanes, reduced together, then the scales and range tests in one vector
+// each. Planned one by one, the groups spent a third of the fp8 time on this serial path (fp8,
+// group 128, in cache: plans alone 0.10 ns per element, codes alone 0.17, both 0.29).
+template <bool FP8>
+void plan_16_bf16(const uint16_t* x, int64_t group, float eps, bool ue8m0, GroupPlan* plans) {
+  const __m512i abs_w = _mm512_set1_epi16(0x7fff);
+  __m512i hmax[16], hmin[16];
+  for (int g = 0; g < 16; ++g) {
+    const uint16_t* p = x + g * group;
+    __m512i a = _mm512_and_si512(_mm512_loadu_si512(p), abs_w);
+    hmax[g] = a, hmin[g] = a;
+    for (int64_t i = 32; i < group; i += 32) {
+      a = _mm512_and_si512(_mm512_loadu_si512(p + i), abs_w);
+      hmax[g] = _mm512_max_epu16(hmax[g], a);
+      if constexpr (FP8) hmin[g] = _mm512_min_epu16(hmin[g], a);
+    }
+  }
+  const __m512i amax_bits = _mm512_slli_epi32(reduce_16_epu16<true>(hmax), 16);
+  const __m512 amax = _mm512_castsi512_ps(amax_bits);
+  alignas(64) float s[16];
+  if (ue8m0) {
+    alignas(64) float a[16];
+    _mm512_store_ps(a, amax);
+    for (int g = 0; g < 16; ++g) s[g] = group_scale(a[g], eps, FP8 ? 448.0f : 127.0f, true);
+  } else {  // max(amax, eps) keeps a NaN amax, as std::max(amax, eps) does
+    _mm512_store_ps(s, _mm512_div_ps(_mm512_max_ps(_mm512_set1_ps(eps), amax),
+                                     _mm512_set1_ps(FP8 ? 448.0f : 127.0f)));
+  }
+  const __m512 vs = _mm512_load_ps(s);
+  // in_range and all_normal as plan_group states them
+  const __mmask16 in_range =
+      _mm512_cmplt_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000)) &
+      _mm512_cmp_ps_mask(vs, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ);
+  __mmask16 all_normal = 0;
+  if constexpr (FP8) {
+    const __m512 amin = _mm512_castsi512_ps(_mm512_slli_epi32(reduce_16_epu16<false>(hmin), 16));
+    all_normal = in_range & _mm512_cmp_ps_mask(vs, _mm512_set1_ps(0x1p-100f), _CMP_GE_OQ) &
+                 _mm512_cmp_ps_mask(amin, _mm512_mul_ps(vs, _mm512_set1_ps(0x1p-6f)), _CMP_GE_OQ);
+  }
+  for (int g = 0; g < 16; ++g)
+    plans[g] = GroupPlan{s[g], ((in_range >> g) & 1) != 0, ((all_normal >> g) & 1) != 0};
+}
+#endif
+
+// Groups a thread takes at a time: plan_16_bf16 plans them together where it serves them
+// (their codes follow, with the next batch's input prefetched meanwhile), else plan_group
+// plans each in turn. In-process A/B on the Zen 4, (4096, 7168) bf16 group 128, against
+// planning each group just before its codes: two threads, cold, fp8 0.87-0.88x the time, int8
+// 0.95-0.99x; one thread in cache 0.84-0.86x; group 64 0.91-0.93x.
+constexpr int64_t kPlanBatch = 16;
+
 template <int64_t DT, bool FP8>
 void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, bool ue8m0,
                 bool stream, uint8_t* out, float* scales, int64_t s_row, int64_t s_col,
                 int nthr) {
   const int64_t groups = k / group, total = m * groups;
+  const int64_t batches = (total + kPlanBatch - 1) / kPlanBatch;
+  const int64_t group_bytes = group * (DT == kF32 ? 4 : 2);
+  const char* x_end = static_cast<const char*>(x) + total * group_bytes;
 #pragma omp parallel num_threads(nthr)
   {
 #pragma omp for schedule(static) nowait
-    for (int64_t t = 0; t < total; ++t) {
+    for (int64_t c = 0; c < batches; ++c) {
       // the groups are consecutive in x and q: group t starts at element t * group
-      const GroupPlan plan = plan_group<DT, FP8>(x, t * group, group, eps, ue8m0);
-      scales[(t / groups) * s_row + (t % groups) * s_col] = plan.s;
-      emit_group<DT, FP8>(x, t * group, group, plan, stream, out);
+      const int64_t t0 = c * kPlanBatch, n = std::min(kPlanBatch, total - t0);
+      GroupPlan plans[kPlanBatch];
+      int64_t planned = 0;
+#ifdef PA_AVX512_VBMI
+      if (DT == kBF16 && group % 32 == 0 && n == kPlanBatch) {
+        plan_16_bf16<FP8>(static_cast<const uint16_t*>(x) + t0 * group, group, eps, ue8m0, plans);
+        planned = n;
+      }
+#endif
+      for (; planned < n; ++planned)
+        plans[planned] = plan_group<DT, FP8>(x, (t0 + planned) * group, group, eps, ue8m0);
+      // the next batch's input, a group's worth per group converted: planned from memory
+      // without it, the batches ran cold at 1.3-1.4x the time
+      const char* next = static_cast<const char*>(x) + (t0 + n) * group_bytes;
+      for (int64_t b = 0; b < n; ++b) {
+        const int64_t t = t0 + b;
+        for (int64_t o = b * group_bytes; o < (b + 1) * group_bytes; o += 64)
+          if (next + o < x_end) __builtin_prefetch(next + o, 0, 3);
+        scales[(t / groups) * s_row + (t % groups) * s_col] = plans[b].s;
+        emit_group<DT, FP8>(x, t * group, group, plans[b], stream, out);
+      }
     }
 #ifdef PA_AVX512
     // streamed stores are weakly ordered: fence them before the region's closing barrier
@@ -480,7 +608,8 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
   // no more threads than groups: a decode step's single row must not wake (and wait for) idle
   // threads, which costs more than the row itself
   const int64_t want = threads > 0 ? threads : omp_get_max_threads();
-  const int nthr = static_cast<int>(std::max<int64_t>(1, std::min(want, total)));
+  const int nthr = static_cast<int>(
+      std::max<int64_t>(1, std::min(want, (total + kPlanBatch - 1) / kPlanBatch)));
   auto run = [&](auto dt, auto fp8_tag) {
     quant_rows<decltype(dt)::value, decltype(fp8_tag)::value>(x, m, k, group, eps, ue8m0, stream,
                                                                 out, scales, s_row, s_col, nthr);
