@@ -4,8 +4,8 @@ Bit-exact with the documented rule (docs/ops.md) for int8 and fp8 e4m3fn, both s
 and ue8m0: IEEE fp32 division, round-half-even, fp8 RNE with saturation to +-448. AVX-512 (16
 lanes) where the CPU has it, AVX2 (8 lanes, F16C for fp16 input) for the rest or where that is
 the best, the same operations in scalar C++ elsewhere; OpenMP over (row, group). On AVX-512
-with VBMI, bf16 input goes 64 elements a step (byte permutes put the codes in order); large
-outputs are streamed (``STREAM_MIN_BYTES``).
+with VBMI, bf16 input goes 64 elements a step (byte permutes put the codes in order) and its
+groups are planned 16 at a time; large outputs are streamed (``STREAM_MIN_BYTES``).
 """
 
 from __future__ import annotations
