@@ -117,15 +117,19 @@ def group_quant_row(
     scales: list[float] = []
     for g in range(0, len(row), group_size):
         group = row[g : g + group_size]
-        a = max(max(abs(x) for x in group), _f32(eps))
+        mags = [abs(x) for x in group]
+        # a NaN makes the group's amax NaN (Python's max would depend on where it sits)
+        a = math.nan if any(map(math.isnan, mags)) else max(max(mags), _f32(eps))
         s = _f32_div(a, qmax)
         if ue8m0:
-            s = _pow2_ceil(s)
+            s = _pow2_ceil(s)  # a NaN or inf s: frexp gives exponent 0, so 1.0
         scales.append(s)
         for x in group:
             y = _f32_div(x, s)
-            if int8:
-                values.append(min(max(_round_half_even(y), -128.0), 127.0))
+            if math.isnan(y):  # int8 0; fp8 NaN with y's sign, from the cast below
+                values.append(0.0 if int8 else y)
+            elif int8:  # clamp first (the bounds are integers, so it commutes): y may be inf
+                values.append(_round_half_even(min(max(y, -128.0), 127.0)))
             else:
                 values.append(min(max(y, -448.0), 448.0))
     return values, scales

@@ -61,6 +61,36 @@ def test_input_dtypes(plugin_api_backend, kit_device, in_dtype, dtype):
     assert torch.equal(s.cpu(), want_s) and torch.equal(_bits(q.cpu()), _bits(want_q))
 
 
+@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
+@pytest.mark.parametrize("ue8m0", [False, True], ids=["", "ue8m0"])
+def test_non_finite_input(plugin_api_backend, kit_device, in_dtype, dtype, ue8m0):
+    """docs/ops.md's rule for NaN and inf: a NaN makes its group's scale NaN (ue8m0: 1.0), NaN
+    quotients (its group, inf / inf) get int8 0 and fp8 NaN. fp8 NaN codes are compared
+    without their sign: inf / inf's default NaN is negative on x86 (where the oracle runs) and
+    positive on GPUs. 32 groups of 128: kernels that plan groups in batches see all of them."""
+    x = _inputs(4, 1024, torch.float32, seed=9)
+    x[0, 3] = float("nan")
+    x[2, 5 * 128 + 7] = float("inf")
+    x[3, 1] = -float("inf")
+    x = x.to(in_dtype)
+    own_or_skip(
+        plugin_api_backend, OpFamily.QUANT, QuantSpec(1024, 128, in_dtype, dtype, False, ue8m0)
+    )
+    q, s = per_token_group_quant(
+        x.to(kit_device), 128, dtype, 1e-10, False, ue8m0, backend=plugin_api_backend
+    )
+    want_q, want_s = oracle.group_quant(x, 128, dtype, 1e-10, ue8m0)
+    s = s.cpu()
+    assert torch.equal(s.isnan(), want_s.isnan()) and bool(s.isnan().any()) != ue8m0
+    assert torch.equal(s.nan_to_num(), want_s.nan_to_num()), "scales differ from the rule"
+    got, want = _bits(q.cpu()), _bits(want_q)
+    if dtype == FP8:
+        nan = want_q.float().isnan()
+        got, want = torch.where(nan, got | 0x80, got), torch.where(nan, want | 0x80, want)
+    assert torch.equal(got, want), "quantized values of non-finite input differ from the rule"
+
+
 def test_preallocated_outputs_fully_written(plugin_api_backend, kit_device):
     x = _inputs(6, 256, torch.bfloat16, seed=4)
     own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(256, 64, x.dtype, torch.int8))

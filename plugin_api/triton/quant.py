@@ -19,12 +19,30 @@ from .numerics import fp8e4m3_bits, pow2_ceil, round_half_even
 
 @triton.jit
 def _quantize(x, s, INT8: tl.constexpr, QMAX: tl.constexpr):
-    """int8 values, or fp8 e4m3 bit patterns (stored through a uint8 view)."""
+    """int8 values, or fp8 e4m3 bit patterns (stored through a uint8 view). A NaN quotient (a
+    NaN's group, or inf / inf) gets int8 0 or fp8 NaN with its sign, as torch's casts give; the
+    clamp alone would not say (a GPU's max drops a NaN, the interpreter's keeps it)."""
     y = tl.math.div_rn(x, s)
+    nan = y != y
     if INT8:
         # clamp and rounding commute here: the bounds are integers
-        return round_half_even(tl.minimum(tl.maximum(y, -128.0), 127.0)).to(tl.int8)
-    return fp8e4m3_bits(tl.minimum(tl.maximum(y, -QMAX), QMAX)).to(tl.uint8)
+        q = round_half_even(tl.minimum(tl.maximum(y, -128.0), 127.0))
+        return tl.where(nan, 0.0, q).to(tl.int8)
+    code = fp8e4m3_bits(tl.minimum(tl.maximum(y, -QMAX), QMAX))
+    nan_code = ((y.to(tl.int32, bitcast=True) >> 24) & 0x80) | 0x7F
+    return tl.where(nan, nan_code, code).to(tl.uint8)
+
+
+@triton.jit
+def _scale(a, nans, eps, QMAX: tl.constexpr, UE8M0: tl.constexpr):
+    """``s`` from the group's abs-max ``a`` (NaN-free) and its count of NaNs: a NaN makes ``a``
+    NaN, as torch's amax does; ue8m0 turns a non-finite ``s`` into 1.0, as frexp/ldexp do."""
+    a = tl.where(nans > 0, float("nan"), tl.maximum(a, eps))
+    s = tl.math.div_rn(a, QMAX)
+    if UE8M0:
+        finite = (s.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
+        s = tl.where(finite, pow2_ceil(s), 1.0)
+    return s
 
 
 @triton.jit
@@ -50,21 +68,19 @@ def _group_quant_kernel(
     if SINGLE:  # the whole group in one tile: read x once
         mask = offs < group_size
         x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
-        a = tl.maximum(tl.max(tl.abs(x), axis=0), eps)
-        s = tl.math.div_rn(a, QMAX)
-        if UE8M0:
-            s = pow2_ceil(s)
+        ax = tl.where(x != x, 0.0, tl.abs(x))
+        nans = tl.sum((x != x).to(tl.int32), axis=0)
+        s = _scale(tl.max(ax, axis=0), nans, eps, QMAX, UE8M0)
         tl.store(q_ptr + base + offs, _quantize(x, s, INT8, QMAX), mask=mask)
     else:  # two passes over the group: max, then quantize
         amax = tl.zeros([BLOCK], dtype=tl.float32)
+        nans = tl.zeros([BLOCK], dtype=tl.int32)
         for start in range(0, group_size, BLOCK):
             mask = start + offs < group_size
             x = tl.load(x_ptr + base + start + offs, mask=mask, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.abs(x))
-        a = tl.maximum(tl.max(amax, axis=0), eps)
-        s = tl.math.div_rn(a, QMAX)
-        if UE8M0:
-            s = pow2_ceil(s)
+            amax = tl.maximum(amax, tl.where(x != x, 0.0, tl.abs(x)))
+            nans += (x != x).to(tl.int32)
+        s = _scale(tl.max(amax, axis=0), tl.sum(nans, axis=0), eps, QMAX, UE8M0)
         for start in range(0, group_size, BLOCK):
             mask = start + offs < group_size
             x = tl.load(x_ptr + base + start + offs, mask=mask, other=0.0).to(tl.float32)
