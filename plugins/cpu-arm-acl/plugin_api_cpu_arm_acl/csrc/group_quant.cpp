@@ -549,9 +549,10 @@ void plan_16_bf16(const uint16_t* x, int64_t group, float eps, bool ue8m0, Group
 }
 #endif
 
-// Groups a thread takes at a time: plan_16_bf16 plans them together where it serves them
-// (their codes follow, with the next batch's input prefetched meanwhile), else plan_group
-// plans each in turn. In-process A/B on the Zen 4, (4096, 7168) bf16 group 128, against
+// Groups a thread takes at a time, at most (fewer when there are too few groups to keep every
+// thread busy, as per-token scales of a decode step have): plan_16_bf16 plans a full batch
+// together where it serves it (the codes follow, with the next batch's input prefetched
+// meanwhile), else plan_group plans each group in turn. In-process A/B on the Zen 4, (4096, 7168) bf16 group 128, against
 // planning each group just before its codes: two threads, cold, fp8 0.87-0.88x the time, int8
 // 0.95-0.99x; one thread in cache 0.84-0.86x; group 64 0.91-0.93x.
 constexpr int64_t kPlanBatch = 16;
@@ -559,9 +560,9 @@ constexpr int64_t kPlanBatch = 16;
 template <int64_t DT, bool FP8>
 void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, bool ue8m0,
                 bool stream, uint8_t* out, float* scales, int64_t s_row, int64_t s_col,
-                int nthr) {
+                int64_t batch, int nthr) {
   const int64_t groups = k / group, total = m * groups;
-  const int64_t batches = (total + kPlanBatch - 1) / kPlanBatch;
+  const int64_t batches = (total + batch - 1) / batch;
   const int64_t group_bytes = group * (DT == kF32 ? 4 : 2);
   const char* x_end = static_cast<const char*>(x) + total * group_bytes;
 #pragma omp parallel num_threads(nthr)
@@ -569,7 +570,7 @@ void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, b
 #pragma omp for schedule(static) nowait
     for (int64_t c = 0; c < batches; ++c) {
       // the groups are consecutive in x and q: group t starts at element t * group
-      const int64_t t0 = c * kPlanBatch, n = std::min(kPlanBatch, total - t0);
+      const int64_t t0 = c * batch, n = std::min(batch, total - t0);
       GroupPlan plans[kPlanBatch];
       int64_t planned = 0;
 #ifdef PA_AVX512_VBMI
@@ -608,11 +609,12 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
   // no more threads than groups: a decode step's single row must not wake (and wait for) idle
   // threads, which costs more than the row itself
   const int64_t want = threads > 0 ? threads : omp_get_max_threads();
-  const int nthr = static_cast<int>(
-      std::max<int64_t>(1, std::min(want, (total + kPlanBatch - 1) / kPlanBatch)));
+  const int64_t batch = std::clamp<int64_t>(total / std::max<int64_t>(want, 1), 1, kPlanBatch);
+  const int nthr =
+      static_cast<int>(std::max<int64_t>(1, std::min(want, (total + batch - 1) / batch)));
   auto run = [&](auto dt, auto fp8_tag) {
-    quant_rows<decltype(dt)::value, decltype(fp8_tag)::value>(x, m, k, group, eps, ue8m0, stream,
-                                                                out, scales, s_row, s_col, nthr);
+    quant_rows<decltype(dt)::value, decltype(fp8_tag)::value>(
+        x, m, k, group, eps, ue8m0, stream, out, scales, s_row, s_col, batch, nthr);
   };
   auto with_dtype = [&](auto fp8_tag) {
     switch (x_dt) {
