@@ -218,6 +218,23 @@ inline __m512i e4m3_normal_16(__m512 y) {
   return _mm512_mask_add_epi32(t, neg, t, _mm512_set1_epi32(2176));
 }
 
+// |bf16| as a 16-bit integer orders like |x| (as plan_group's 32-bit comparison argues): the
+// lane-wise abs-max, and for fp8 the abs-min, of the n bf16 at p (n a multiple of 32), 32 a step.
+template <bool FP8>
+inline void abs_max_min_bf16(const uint16_t* p, int64_t n, __m512i& hmax, __m512i& hmin) {
+  const __m512i abs_w = _mm512_set1_epi16(0x7fff);
+  if (n == 0) {
+    hmax = _mm512_setzero_si512(), hmin = _mm512_set1_epi32(-1);
+    return;
+  }
+  hmax = hmin = _mm512_and_si512(_mm512_loadu_si512(p), abs_w);
+  for (int64_t i = 32; i < n; i += 32) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(p + i), abs_w);
+    hmax = _mm512_max_epu16(hmax, a);
+    if constexpr (FP8) hmin = _mm512_min_epu16(hmin, a);
+  }
+}
+
 // 64 code bytes to q: streamed (past the caches) when asked and q is 64-byte aligned.
 inline void store64(uint8_t* q, __m512i bytes, bool stream) {
   if (stream && (reinterpret_cast<uintptr_t>(q) & 63) == 0)
@@ -285,16 +302,11 @@ GroupPlan plan_group(const void* x, int64_t begin, int64_t len, float eps, bool 
     const __m512i abs16 = _mm512_set1_epi32(0x7fffffff);
     __m512i wmax = _mm512_setzero_si512(), wmin = _mm512_set1_epi32(-1);
     if constexpr (DT == kBF16) {
-      // |bf16| as a 16-bit integer orders the same way, 32 a step; a word pair's max (min)
-      // then moves to the high half of its 32-bit lane, where an fp32 keeps its bf16 bits
-      const __m512i abs_w = _mm512_set1_epi16(0x7fff);
-      __m512i hmax = _mm512_setzero_si512(), hmin = _mm512_set1_epi32(-1);
-      for (; i + 32 <= len; i += 32) {
-        const __m512i a = _mm512_and_si512(
-            _mm512_loadu_si512(static_cast<const uint16_t*>(x) + begin + i), abs_w);
-        hmax = _mm512_max_epu16(hmax, a);
-        if constexpr (FP8) hmin = _mm512_min_epu16(hmin, a);
-      }
+      // in 16-bit lanes; a word pair's max (min) then moves to the high half of its 32-bit
+      // lane, where an fp32 keeps its bf16 bits
+      __m512i hmax, hmin;
+      i = len / 32 * 32;
+      abs_max_min_bf16<FP8>(static_cast<const uint16_t*>(x) + begin, i, hmax, hmin);
       const __m512i low = _mm512_set1_epi32(0xffff);
       wmax = _mm512_slli_epi32(
           _mm512_max_epu32(_mm512_and_si512(hmax, low), _mm512_srli_epi32(hmax, 16)), 16);
@@ -510,18 +522,8 @@ inline __m512i reduce_16_epu16(const __m512i (&v)[16]) {
 // group 128, in cache: plans alone 0.10 ns per element, codes alone 0.17, both 0.29).
 template <bool FP8>
 void plan_16_bf16(const uint16_t* x, int64_t group, float eps, bool ue8m0, GroupPlan* plans) {
-  const __m512i abs_w = _mm512_set1_epi16(0x7fff);
   __m512i hmax[16], hmin[16];
-  for (int g = 0; g < 16; ++g) {
-    const uint16_t* p = x + g * group;
-    __m512i a = _mm512_and_si512(_mm512_loadu_si512(p), abs_w);
-    hmax[g] = a, hmin[g] = a;
-    for (int64_t i = 32; i < group; i += 32) {
-      a = _mm512_and_si512(_mm512_loadu_si512(p + i), abs_w);
-      hmax[g] = _mm512_max_epu16(hmax[g], a);
-      if constexpr (FP8) hmin[g] = _mm512_min_epu16(hmin[g], a);
-    }
-  }
+  for (int g = 0; g < 16; ++g) abs_max_min_bf16<FP8>(x + g * group, group, hmax[g], hmin[g]);
   const __m512i amax_bits = _mm512_slli_epi32(reduce_16_epu16<true>(hmax), 16);
   const __m512 amax = _mm512_castsi512_ps(amax_bits);
   alignas(64) float s[16];
@@ -552,9 +554,10 @@ void plan_16_bf16(const uint16_t* x, int64_t group, float eps, bool ue8m0, Group
 // Groups a thread takes at a time, at most (fewer when there are too few groups to keep every
 // thread busy, as per-token scales of a decode step have): plan_16_bf16 plans a full batch
 // together where it serves it (the codes follow, with the next batch's input prefetched
-// meanwhile), else plan_group plans each group in turn. In-process A/B on the Zen 4, (4096, 7168) bf16 group 128, against
-// planning each group just before its codes: two threads, cold, fp8 0.87-0.88x the time, int8
-// 0.95-0.99x; one thread in cache 0.84-0.86x; group 64 0.91-0.93x.
+// meanwhile), else plan_group plans each group in turn. In-process A/B on the Zen 4, (4096,
+// 7168) bf16 group 128, against planning each group just before its codes: two threads, cold,
+// fp8 0.87-0.88x the time, int8 0.95-0.99x; one thread in cache 0.84-0.86x; group 64
+// 0.91-0.93x.
 constexpr int64_t kPlanBatch = 16;
 
 template <int64_t DT, bool FP8>
