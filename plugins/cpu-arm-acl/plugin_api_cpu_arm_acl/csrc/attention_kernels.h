@@ -356,8 +356,8 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int
   for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
     const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
     const VT* v = vr.vb[i] + d;
+    ahead.pop();
     for (int j = jb; j < je; ++j) {
-      ahead.pop();
       const VT* row = v + (j - base) * D;
       Vec vv[NV];
       if constexpr (NV % 2 == 0) {  // whole pairs: the accumulator is in load_pair's order
@@ -379,12 +379,22 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int
   store_acc(a, acc, D, d);
 }
 
+// Vectors per P.V tile for MR rows: MR * NV + NV + 1 registers, as in qk_dot_rows; AVX-512's 32
+// fit NV = 4 at every MR (A/B on the Zen 4: 0.92-0.98x the time of NV = 2 at 4 rows; wider score
+// tiles were slower there).
+constexpr int pv_width(int MR) { return MR >= 3 && kV < 16 ? 2 : 4; }
+
+// The pv_tile calls pv_rows makes for MR rows: whole tiles of pv_width(MR), then pairs, then
+// single vectors.
+inline int64_t pv_tiles(int MR, int64_t D) {
+  const int64_t nv = pv_width(MR) * kV, whole = D / nv, pairs = (D - whole * nv) / (2 * kV);
+  return whole + pairs + (D - whole * nv - pairs * 2 * kV) / kV;
+}
+
 template <int MR, typename VT>
 inline void pv_rows(const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
                     int j1, const float* alpha, float* acc, LineQueue& ahead) {
-  // MR * NV + NV + 1 registers, as in qk_dot_rows; AVX-512's 32 fit NV = 4 at every MR (A/B on
-  // the Zen 4: 0.92-0.98x the time of NV = 2 at 4 rows; wider score tiles were slower there)
-  constexpr int NV = MR >= 3 && kV < 16 ? 2 : 4;
+  constexpr int NV = pv_width(MR);
   int64_t d = 0;
   for (; d + NV * kV <= D; d += NV * kV)
     pv_tile<MR, NV>(p, prs, pts, v, D, j0, j1, alpha, acc, d, ahead);
@@ -398,7 +408,8 @@ inline void pv_rows(const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64
 template <typename VT>
 inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
                int j1, const float* alpha, float* acc, LineQueue& ahead) {
-  ahead.spread((R + 3) / 4 * std::max<int64_t>(D / (4 * kV), 1) * (j1 - j0));
+  ahead.spread((R / 4 * pv_tiles(4, D) + (R % 4 ? pv_tiles(R % 4, D) : 0)) *
+               ((j1 - 1) / v.bs - j0 / v.bs + 1));
   int r = 0;
   for (; r + 4 <= R; r += 4)
     pv_rows<4>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead);
