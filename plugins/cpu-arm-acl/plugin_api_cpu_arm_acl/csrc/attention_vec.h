@@ -70,7 +70,15 @@ inline void load_pair(const T* p, Vec& first, Vec& second) {
   if constexpr (kPairSplit<T>) {
     using IVec = at::vec::Vectorized<int32_t>;
     const IVec words = IVec::loadu(p);
+    // an immediate shift: at::vec's operator<< is a variable shift (vpsllvd), which also holds
+    // its count in one of AVX2's 16 vector registers
+#if defined(CPU_CAPABILITY_AVX512)
+    first = at::vec::cast<float>(IVec(_mm512_slli_epi32(words, 16)));
+#elif defined(CPU_CAPABILITY_AVX2)
+    first = at::vec::cast<float>(IVec(_mm256_slli_epi32(words, 16)));
+#else  // no pair split here (kPairSplit is false): only parsed
     first = at::vec::cast<float>(words << IVec(16));
+#endif
     second = at::vec::cast<float>(words & IVec(static_cast<int32_t>(0xFFFF0000u)));
   } else {
     first = load_f32(p);
