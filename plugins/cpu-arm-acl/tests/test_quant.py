@@ -104,24 +104,27 @@ def test_groups_with_a_subnormal_scale_are_clamped(onednn_backend, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
 @pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32-scale", "ue8m0"])
-def test_bf16_groups_planned_16_at_a_time_keep_their_odd_cases(dtype, ue8m0):
-    """bf16 groups of a multiple of 32 elements are planned 16 at a time (AVX-512 VBMI): a NaN,
-    an inf, an all-zero group, subnormal values (a subnormal scale), a group with one large
-    value among tiny ones (fp8's fixed-point range) and -0.0, at different places in a batch.
-    NaN quotients (the NaN's group, inf / inf) get the reference's codes: int8 0, fp8 NaN."""
+@pytest.mark.parametrize("group", [128, 48])
+def test_bf16_groups_planned_together_keep_their_odd_cases(dtype, ue8m0, group):
+    """bf16 groups are planned several at a time: 16 of a multiple of 32 elements with AVX-512
+    VBMI, else 8 of a multiple of 16 (group 48: only the latter). A NaN, an inf, an all-zero
+    group, subnormal values (a subnormal scale), a group with one large value among tiny ones
+    (fp8's fixed-point range) and -0.0, at different places in a batch. NaN quotients (the NaN's
+    group, inf / inf) get the reference's codes: int8 0, fp8 NaN."""
     g = torch.Generator().manual_seed(11)
-    x = torch.randn(6, 1024, generator=g)  # 48 groups of 128: three batches of 16
-    x[0, 3 * 128 + 5] = float("nan")
-    x[1, 1 * 128 + 70] = float("inf")
-    x[1, 5 * 128 + 2] = -float("inf")
-    x[2, 2 * 128 : 3 * 128] = 0.0
-    x[2, 7 * 128 : 8 * 128] = -0.0
-    x[3, 0:128] = torch.randn(128, generator=g) * 1e-39
-    x[4, 4 * 128 : 5 * 128] = torch.randn(128, generator=g) * 1e-4
-    x[4, 4 * 128 + 9] = 300.0
+    k = 8 * group
+    x = torch.randn(6, k, generator=g)  # 48 groups: three batches of 16
+    x[0, 3 * group + 5] = float("nan")
+    x[1, 1 * group + 40] = float("inf")
+    x[1, 5 * group + 2] = -float("inf")
+    x[2, 2 * group : 3 * group] = 0.0
+    x[2, 7 * group : 8 * group] = -0.0
+    x[3, 0:group] = torch.randn(group, generator=g) * 1e-39
+    x[4, 4 * group : 5 * group] = torch.randn(group, generator=g) * 1e-4
+    x[4, 4 * group + 9] = 300.0
     x = x.to(torch.bfloat16)
-    spec = QuantSpec(1024, 128, torch.bfloat16, dtype, False, ue8m0)
-    q, s = torch.empty(6, 1024, dtype=dtype), scales_like(6, 8, False, torch.device("cpu"))
+    spec = QuantSpec(k, group, torch.bfloat16, dtype, False, ue8m0)
+    q, s = torch.empty(6, k, dtype=dtype), scales_like(6, 8, False, torch.device("cpu"))
     NativeGroupQuant(threads=2).quantize(spec, x, 1e-10, q, s)
     want_q, want_s = torch.empty_like(q), torch.empty_like(s)
     ReferenceQuant().quantize(spec, x, 1e-10, want_q, want_s)
