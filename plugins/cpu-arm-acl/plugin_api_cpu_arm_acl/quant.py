@@ -5,7 +5,8 @@ and ue8m0: IEEE fp32 division, round-half-even, fp8 RNE with saturation to +-448
 lanes) where the CPU has it, AVX2 (8 lanes, F16C for fp16 input) for the rest or where that is
 the best, the same operations in scalar C++ elsewhere; OpenMP over (row, group). On AVX-512
 with VBMI, bf16 input goes 64 elements a step (byte permutes put the codes in order) and its
-groups are planned 16 at a time; large outputs are streamed (``STREAM_MIN_BYTES``).
+groups are planned 16 at a time, elsewhere on x86 8 at a time; on AVX-512, large outputs are
+streamed (``STREAM_MIN_BYTES``).
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ class NativeGroupQuant:
 
     def supports(self, spec: QuantSpec, info: DeviceInfo) -> Decision:
         isa = quant_isa(info)
-        vbmi = "VBMI for bf16, " if "avx512vbmi" in info.cpu_flags else ""
+        vbmi = "avx512vbmi" in info.cpu_flags
+        plans = f"bf16 groups planned {16 if vbmi else 8} at a time"
         how = {
-            "avx512": f"AVX-512 ({vbmi}AVX2 for the rest of a group)",
-            "avx2": "AVX2",
+            "avx512": f"AVX-512 ({'VBMI for bf16, ' if vbmi else ''}{plans}; AVX2 for the rest "
+            "of a group)",
+            "avx2": f"AVX2 ({plans})",
             "scalar": "scalar C++ (compiler-vectorised)",
         }[isa]
         stream = (
