@@ -41,11 +41,15 @@ class NativeGroupQuant:
     def supports(self, spec: QuantSpec, info: DeviceInfo) -> Decision:
         isa = quant_isa(info)
         vbmi = "avx512vbmi" in info.cpu_flags
-        plans = f"bf16 groups planned {16 if vbmi else 8} at a time"
+        # group_quant.cpp plans bf16 groups 16 at a time with VBMI (groups of a multiple of 32
+        # elements), 8 at a time on other x86 builds (a multiple of 16); others one at a time
+        batch = 16 if vbmi else 8
+        planned = spec.in_dtype == torch.bfloat16 and spec.group_size % (2 * batch) == 0
+        plans = [f"groups planned {batch} at a time"] if planned else []
+        avx512 = [*(["VBMI for bf16"] if vbmi else []), *plans, "AVX2 for the rest of a group"]
         how = {
-            "avx512": f"AVX-512 ({'VBMI for bf16, ' if vbmi else ''}{plans}; AVX2 for the rest "
-            "of a group)",
-            "avx2": f"AVX2 ({plans})",
+            "avx512": f"AVX-512 ({', '.join(avx512)})",
+            "avx2": f"AVX2 ({plans[0]})" if plans else "AVX2",
             "scalar": "scalar C++ (compiler-vectorised)",
         }[isa]
         stream = (
