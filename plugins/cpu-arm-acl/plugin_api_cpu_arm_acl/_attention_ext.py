@@ -106,13 +106,15 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "pa_attn_init": (None, []),
     "pa_attn_fp8_table": (_PTR, []),
     "pa_attn_vector_width": (_I64, []),
+    "pa_attn_matrix_engine": (_I64, []),
+    "pa_attn_last_error": (ctypes.c_char_p, []),
     "pa_attn_plan": (None, [_PTR, _PTR] + [_I64] * 9 + [_PTR, _PTR, _PTR]),
     "pa_attn_forward": (
         _I64,
         [_PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR]
         + [_I64] * 4
         + [_F64] * 3
-        + [_I64, _I64, _F64],
+        + [_I64, _I64, _F64, _I64],
     ),
     "pa_attn_write_kv": (
         _I64,

@@ -1,8 +1,10 @@
 """Paged attention on the CPU: native kernels over torch's ``at::vec`` (``csrc/attention.cpp``).
 
 The ISA variant (AVX-512, AVX2+FMA, NEON) is chosen from ``DeviceInfo.cpu_flags``; the decision
-reason names it, so ``plugin-api doctor`` shows which path runs. ``plan`` splits the step into
-work items once (shared by every layer); ``forward`` allocates nothing.
+reason names it, so ``plugin-api doctor`` shows which path runs. Where the CPU has AMX, prefill
+tiles of bf16 specs run as bf16 GEMMs through torch's ``cpublas::brgemm`` (``matrix_path``; the
+``PLUGIN_API_ONEDNN_ATTENTION_MATRIX`` setting). ``plan`` splits the step into work items once
+(shared by every layer); ``forward`` allocates nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.graphs import GraphLevel, GraphSupport
 
 from . import _attention_ext as ext
+from .settings import ATTENTION_MATRIX, MATRIX_MODES
 
 BLOCK_MULTIPLE = 16  # one vector of 16 lanes, two of 8, four of 4: every ISA path
 MAX_BLOCK_SIZE = 256
@@ -32,6 +35,47 @@ MIN_SPLIT_KEYS = 512
 # dtype codes of the C entry points
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8: 3}
 ITEM_FIELDS, REDUCE_FIELDS = 9, 6
+# Query rows per KV head from which an item takes the rows layout, or the matrix layout
+# (attention.cpp's kRowsLayoutMin).
+MATRIX_MIN_ROWS = 16
+AMX_FLAGS = frozenset({"amx_tile", "amx_bf16"})
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixPath:
+    """Whether prefill tiles (``MATRIX_MIN_ROWS`` or more query rows per KV head) run as bf16
+    GEMMs through torch's ``cpublas::brgemm``, and why. ``engine``: the CPU has AMX, so oneDNN's
+    AMX kernels run them (without it, torch's gemm: only ``on`` asks for that)."""
+
+    used: bool
+    engine: bool
+    reason: str
+
+
+def matrix_path(spec: AttentionSpec, info: DeviceInfo, mode: str) -> MatrixPath:
+    if mode not in MATRIX_MODES:
+        raise ValueError(f"matrix mode {mode!r} must be one of {MATRIX_MODES}")
+    engine = info.cpu_flags >= AMX_FLAGS
+    if mode == "off":
+        return MatrixPath(False, engine, f"matrix-engine path off ({ATTENTION_MATRIX}=off)")
+    if not (spec.dtype == spec.cache_dtype == torch.bfloat16):
+        why = "no matrix-engine path for this spec (it takes a bf16 query and bf16 KV cache)"
+        return MatrixPath(False, engine, why)
+    if engine:
+        return MatrixPath(
+            True,
+            True,
+            f"prefill tiles ({MATRIX_MIN_ROWS}+ query rows per KV head) as bf16 GEMMs by "
+            "torch's cpublas::brgemm on AMX (oneDNN), p rounded to bf16",
+        )
+    if mode == "on":
+        return MatrixPath(
+            True,
+            False,
+            f"prefill tiles as bf16 GEMMs by torch's cpublas::brgemm forced on "
+            f"({ATTENTION_MATRIX}=on) without AMX: torch's gemm runs them",
+        )
+    return MatrixPath(False, False, "no matrix-engine path: no AMX (amx_tile, amx_bf16) here")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +96,7 @@ class CpuAttentionPlan:
     seq_lens: torch.Tensor
     slot_mapping: torch.Tensor
     num_tokens: int
+    matrix: bool  # prefill tiles take the matrix layout (MatrixPath.used)
 
 
 @functools.cache
@@ -67,8 +112,15 @@ def _extension() -> ctypes.CDLL:
 
 
 class CpuPagedAttention:
+    """``matrix``: the ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX`` mode (see ``matrix_path``)."""
+
     name = "cpu-paged-attention"
     path = ImplPath.NATIVE
+
+    def __init__(self, matrix: str = "auto") -> None:
+        if matrix not in MATRIX_MODES:
+            raise ValueError(f"CpuPagedAttention(matrix={matrix!r}): one of {MATRIX_MODES}")
+        self.matrix = matrix
 
     def supports(self, spec: AttentionSpec, info: DeviceInfo) -> Decision:
         reasons = []
@@ -100,7 +152,7 @@ class CpuPagedAttention:
         assert isa is not None
         return Decision.accept(
             f"native {isa.name} path: {isa.summary}, online softmax over blocks, "
-            "split by (request, KV head, context)"
+            f"split by (request, KV head, context); {matrix_path(spec, info, self.matrix).reason}"
         )
 
     def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
@@ -113,6 +165,16 @@ class CpuPagedAttention:
         self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: object
     ) -> CpuAttentionPlan:
         lib = _extension()
+        matrix = matrix_path(spec, read_device_info(), self.matrix)
+        if matrix.used and matrix.engine and not lib.pa_attn_matrix_engine():
+            # the CPU flags show AMX, yet torch's oneDNN will not pack for it (oneDNN disabled in
+            # torch.backends.mkldnn, or its ISA capped by ONEDNN_MAX_CPU_ISA): the GEMMs would
+            # quietly run on torch's slow gemm instead
+            raise RuntimeError(
+                "cpu-arm-acl attention: this CPU has AMX but torch's oneDNN ukernel does not pack "
+                "for it (torch.backends.mkldnn disabled, or ONEDNN_MAX_CPU_ISA below AMX?); set "
+                f"{ATTENTION_MATRIX}=off to run the vector kernels, or =on to accept torch's gemm"
+            )
         tokens = batch.num_tokens if batch.num_seqs else 0
         qsl = batch.query_start_loc.contiguous()
         seq_lens = batch.seq_lens.contiguous()
@@ -144,6 +206,7 @@ class CpuPagedAttention:
             seq_lens=seq_lens,
             slot_mapping=batch.slot_mapping.contiguous(),
             num_tokens=tokens,
+            matrix=matrix.used,
         )
 
     def write_kv(
@@ -209,10 +272,14 @@ class CpuPagedAttention:
             int(spec.causal),
             spec.sliding_window or 0,
             spec.logits_soft_cap or 0.0,
+            int(plan.matrix),
         )
         _check(rc, "forward")
 
 
 def _check(rc: int, what: str) -> None:
+    if rc == -2:  # torch's brgemm or pack raised inside the kernels
+        error = _extension().pa_attn_last_error().decode(errors="replace")
+        raise RuntimeError(f"cpu-arm-acl attention {what}: {error}")
     if rc != 0:  # the host validated dtypes, so this is a bug, not bad input
         raise RuntimeError(f"cpu-arm-acl attention {what}: the kernel rejected a dtype code")

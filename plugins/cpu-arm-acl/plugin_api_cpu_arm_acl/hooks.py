@@ -24,11 +24,11 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 @hookimpl
 def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
+    s = settings.read()
     if family is OpFamily.ATTENTION:
         from .attention import CpuPagedAttention
 
-        return (CpuPagedAttention(),)
-    s = settings.read()
+        return (CpuPagedAttention(matrix=s.attention_matrix),)
     if family is OpFamily.GEMM:
         from .gemm import OneDnnGemm
         from .panel_gemm import PanelGemm

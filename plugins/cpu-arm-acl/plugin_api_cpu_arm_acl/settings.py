@@ -6,6 +6,10 @@
 - ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9``, ``off,pad_m=4``
   (default: ``LmHeadPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
+- ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX``: ``auto`` (default), ``on`` or ``off``: whether prefill
+  tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
+  kernels). ``auto``: where the CPU has AMX; ``on`` also elsewhere (torch's gemm runs them, 1.3x
+  the vector kernels' time on the Zen 3: it exists to test that path anywhere).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ ROOT = "PLUGIN_API_ONEDNN_ROOT"
 THREADS = "PLUGIN_API_ONEDNN_THREADS"
 LM_HEAD = "PLUGIN_API_ONEDNN_LM_HEAD"
 PANEL = "PLUGIN_API_ONEDNN_PANEL"
-NAMES = (ROOT, THREADS, LM_HEAD, PANEL)
+ATTENTION_MATRIX = "PLUGIN_API_ONEDNN_ATTENTION_MATRIX"
+NAMES = (ROOT, THREADS, LM_HEAD, PANEL, ATTENTION_MATRIX)
+MATRIX_MODES = ("auto", "on", "off")
 P = TypeVar("P")
 PANEL_ISAS = ("auto", "avx2", "generic")
 
@@ -166,6 +172,7 @@ class PluginSettings:
     threads: int | None = None  # None: torch.get_num_threads() at call time
     lm_head: LmHeadPolicy | None = None  # None: LmHeadPolicy.default_for the machine
     panel: PanelPolicy = PanelPolicy()
+    attention_matrix: str = "auto"  # one of MATRIX_MODES
 
 
 def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
@@ -181,4 +188,9 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
         threads = int(raw)
     policy = LmHeadPolicy.parse(env[LM_HEAD]) if LM_HEAD in env else None
     panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else PanelPolicy()
-    return PluginSettings(env.get(ROOT), threads, policy, panel)
+    matrix = env.get(ATTENTION_MATRIX, "auto").strip()
+    if matrix not in MATRIX_MODES:
+        raise SettingError(
+            f"{ATTENTION_MATRIX}={env[ATTENTION_MATRIX]!r} must be one of {', '.join(MATRIX_MODES)}"
+        )
+    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix)

@@ -15,13 +15,15 @@ from torch.utils.cpp_extension import include_paths
 
 from plugin_api.backend import backend_for
 from plugin_api.conformance.cases import make_case
-from plugin_api.conformance.test_attention import run_and_check, spec_of
+from plugin_api.conformance.test_attention import TOLERANCE, run_and_check, spec_of
 from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
+from plugin_api.errors import BackendUnavailable
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8, Attention, AttentionSpec
 from plugin_api.ops.graphs import GraphLevel
 from plugin_api_cpu_arm_acl import _attention_ext as ext
-from plugin_api_cpu_arm_acl.attention import CpuPagedAttention
+from plugin_api_cpu_arm_acl.attention import CpuPagedAttention, matrix_path
+from plugin_api_cpu_arm_acl.settings import ATTENTION_MATRIX
 
 IMPL = CpuPagedAttention()
 SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
@@ -241,3 +243,119 @@ def test_every_isa_variant_compiles(isa):
         [*cmd, str(ext.CSRC / "attention.cpp")], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+# ---- the matrix layout: prefill tiles as bf16 GEMMs through torch's cpublas::brgemm ------------
+
+XEON = MACHINES["xeon-cpu"]  # AMX
+
+
+@pytest.mark.parametrize(
+    "info,mode,change,used,shown",
+    [
+        (XEON, "auto", {}, True, "on AMX (oneDNN)"),
+        (XEON, "off", {}, False, f"matrix-engine path off ({ATTENTION_MATRIX}=off)"),
+        (XEON, "auto", dict(dtype=torch.float16), False, "it takes a bf16 query and bf16 KV"),
+        (XEON, "on", dict(kv_cache_dtype=FP8), False, "it takes a bf16 query and bf16 KV"),
+        (THIS_BOX, "auto", {}, False, "no matrix-engine path: no AMX"),
+        (THIS_BOX, "on", {}, True, f"forced on ({ATTENTION_MATRIX}=on) without AMX"),
+    ],
+    ids=["amx", "amx-off", "amx-fp16", "amx-fp8-cache", "no-amx", "no-amx-forced"],
+)
+def test_matrix_path_is_chosen_from_amx_and_the_setting_and_shown(info, mode, change, used, shown):
+    spec = dataclasses.replace(SPEC, **change)
+    d = CpuPagedAttention(matrix=mode).supports(spec, info)
+    assert d.ok and shown in d.because()
+    assert matrix_path(spec, info, mode).used is used
+
+
+@native
+def test_matrix_setting_reaches_the_plan(monkeypatch):
+    spec = spec_of(num_heads=4, num_kv_heads=2)
+    case = make_case(spec, [1, 20], [9, 40], num_decodes=1, device="cpu")
+    for mode, used in (("on", True), ("off", False)):
+        monkeypatch.setenv(ATTENTION_MATRIX, mode)
+        attn = Attention(spec, backend_for("cpu-arm-acl"))
+        assert attn.impl.matrix == mode
+        assert attn.plan(case.batch).impl_plan.matrix is used
+    monkeypatch.setenv(ATTENTION_MATRIX, "sometimes")
+    # like every setting of the plugin, a bad value stops it from loading, with the reason
+    with pytest.raises(BackendUnavailable, match=f"{ATTENTION_MATRIX}='sometimes' must be one of"):
+        backend_for("cpu-arm-acl")
+
+
+@pytest.fixture
+def matrix_on(monkeypatch):
+    """The backend with the matrix layout forced on (without AMX: torch's gemm runs it)."""
+    monkeypatch.setenv(ATTENTION_MATRIX, "on")
+    return backend_for("cpu-arm-acl")
+
+
+# (query_lens, seq_lens, num_decodes): prefill tiles of 16+ rows per KV head next to a decode,
+# contexts that start and end inside blocks, a tile of more than TILE_ROWS rows (two items)
+MATRIX_BATCHES = {
+    "mixed": ([1, 9, 40], [33, 25, 107], 1),
+    "long-tile": ([70], [90], 0),
+}
+
+
+@native
+@pytest.mark.parametrize(
+    "feature",
+    [
+        {},
+        dict(has_sinks=True),
+        dict(sliding_window=21, logits_soft_cap=4.0),
+        dict(causal=False),
+        dict(block_size=32, head_size=80),
+        dict(block_size=128, head_size=64),
+        dict(head_size=256),
+    ],
+    ids=["base", "sinks", "window+softcap", "non-causal", "bs32-d80", "bs128-d64", "d256"],
+)
+@pytest.mark.parametrize("shape", list(MATRIX_BATCHES))
+def test_matrix_layout_against_the_oracle(matrix_on, threads, feature, shape):
+    """Besides the kit's tolerance, the mean error stays within 2x that of rounding the exact
+    result to bf16 (p is rounded to bf16 before P.V here), and the result is not the vector
+    kernels' (so the setting really switched the path)."""
+    q, L, nd = MATRIX_BATCHES[shape]
+    spec = spec_of(num_heads=4, num_kv_heads=2, **feature)
+    case = make_case(spec, q, L, num_decodes=nd, device="cpu", seed=len(feature), pad_rows=2)
+    attn = Attention(spec, matrix_on)
+    plan = attn.plan(case.batch)
+    assert plan.impl_plan.matrix
+    run_and_check(matrix_on, torch.device("cpu"), case)
+    out = torch.empty_like(case.query)
+    attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
+    want = case.expected()
+    n = case.num_tokens
+    rounding = (want.to(spec.dtype).float() - want).abs().mean()
+    assert (out[:n].float() - want).abs().mean() <= 2 * rounding
+    vector = CpuPagedAttention(matrix="off")
+    vplan = vector.plan(spec, case.batch, torch.device("cpu"), None)
+    vout = torch.empty_like(case.query)
+    vector.forward(spec, case.query, case.cache, vplan, case.sinks, vout)
+    assert not torch.equal(vout[:n], out[:n])
+
+
+@native
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_nan_past_the_end_of_sequences_stays_out(monkeypatch, threads, mode):
+    """Cache rows past a sequence's end hold NaN (a freed block's old contents can): the matrix
+    layout multiplies whole panels, so those rows must enter them as zeros, and no path may
+    read them."""
+    monkeypatch.setenv(ATTENTION_MATRIX, mode)
+    spec = spec_of(num_heads=4, num_kv_heads=2, sliding_window=30, kv_sharing=True)
+    case = make_case(spec, [1, 24, 40], [17, 40, 75], num_decodes=1, device="cpu", seed=5)
+    bs = spec.block_size
+    used = set()
+    for row, length in zip(case.batch.block_table.tolist(), [17, 40, 75], strict=True):
+        blocks = -(-length // bs)
+        used.update(row[:blocks])
+        case.cache.data[row[blocks - 1], :, :, length % bs or bs :, :] = float("nan")
+    for b in set(range(case.cache.data.shape[0])) - used:
+        case.cache.data[b] = float("nan")
+    attn = Attention(spec, backend_for("cpu-arm-acl"))
+    out = torch.empty_like(case.query)
+    attn.run(case.query, None, None, case.cache, attn.plan(case.batch), out=out)
+    torch.testing.assert_close(out.float(), case.expected(), **TOLERANCE[spec.dtype])

@@ -10,9 +10,14 @@
 // unnormalised partials (m, l, acc) that a second pass combines. Items are taken from a shared
 // counter, largest first. Per-thread scratch is allocated once and reused across calls.
 //
+// Items of many rows (prefill tiles) can instead take the "matrix" layout (attend_matrix): their
+// scores and P.V as bf16 GEMMs through torch's cpublas::brgemm, which runs oneDNN's AMX kernels
+// where the CPU has AMX. Python decides per call (the attention-matrix setting).
+//
 // The entry points are plain C functions over raw pointers (called through ctypes): no pybind or
 // torch/extension.h, which would multiply the build time. Python validates every argument first.
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 
 #include <algorithm>
 #include <array>
@@ -20,9 +25,14 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "attention_kernels.h"
+
+#if defined(__x86_64__)
+#include <fbgemm/Utils.h>  // transpose_simd: torch's x86 builds ship fbgemm
+#endif
 
 namespace pa_attn {
 
@@ -41,8 +51,11 @@ enum Field { kSeq, kKvh, kHeads, kQ0, kQn, kPos0, kK0, kK1, kProw, kFields };
 // A reduce row (int32): query token range, first KV head and count, first partial row, splits.
 enum RField { rQ0, rQn, rKvh, rHeads, rProw, rSplits, rFields };
 
-// Rows at or above this use the "rows" score layout (see attention_kernels.h).
+// Rows at or above this use the "rows" score layout (see attention_kernels.h), or the matrix
+// layout where the call asks for it.
 constexpr int kRowsLayoutMin = 16;
+// How an item's rows attend: attend_dot, attend_rows or attend_matrix.
+enum class Layout { kDot, kRows, kMatrix };
 // KV heads per decode item (dot layout); rows-layout items take one.
 constexpr int64_t kMaxHeadGroup = 8;
 // A run of the dot layout (attend_dot): whole blocks, at most kRunKeys keys and about
@@ -187,8 +200,10 @@ struct Scratch {
   float* alpha;  // [Rp]
   float* lo;     // [Rp] rows layout: visible key range as fp32
   float* hi;     // [Rp]
-  c10::BFloat16* pb;  // dot layout with kDotBf16: the probabilities as bf16 [R][run keys]
+  c10::BFloat16* pb;  // dot layout with kDotBf16, matrix layout: the probabilities as bf16
+                      // [R][run keys]
   std::vector<int> a, b;
+  std::vector<c10::BFloat16> panels;  // matrix layout: B panels before and after packing
 
   void reserve(int64_t Rp, int64_t D, int64_t bs) {
     const int64_t align = 16;  // floats: 64 bytes
@@ -354,10 +369,114 @@ void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, 
   }
 }
 
+// ---- the matrix layout: bf16 GEMMs through torch's cpublas::brgemm ---------------------------
+
+// Columns of one B panel: cpublas::pack (oneDNN's transform) takes an output leading dimension
+// of 16, 32, 48 or 64 only, so B is cut into panels of at most 64 columns (block and head sizes
+// are multiples of 16, so every panel's width is one of those).
+constexpr int64_t kPanel = 64;
+
+// dst[j][i] = src[i][j] for an M x N bf16 matrix (leading dimensions as given).
+inline void transpose(int64_t M, int64_t N, const c10::BFloat16* src, int64_t ld_src,
+                      c10::BFloat16* dst, int64_t ld_dst) {
+#if defined(__x86_64__)
+  fbgemm::transpose_simd<uint16_t>(M, N, reinterpret_cast<const uint16_t*>(src), ld_src,
+                                   reinterpret_cast<uint16_t*>(dst), ld_dst);
+#else
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+#endif
+}
+
+// One B operand: `plain` [k][n] row-major (leading dimension n) as torch's gemm takes it, packed
+// into `packed` when vnni (the layout oneDNN's AMX brgemm reads). Returns what brgemm gets.
+inline const c10::BFloat16* finish_panel(const c10::BFloat16* plain, c10::BFloat16* packed,
+                                         int64_t k, int64_t n, bool vnni) {
+  if (!vnni) return plain;
+  at::native::cpublas::pack(k, n, n, n, at::kBFloat16, at::kBFloat16, plain, packed);
+  return packed;
+}
+
+// The rows of a many-row item (bf16 query as given in w.q [R][D], bf16 cache) over runs of whole
+// blocks of about 64 keys: S = Q K^T by brgemm into w.s [R][run], the dot layout's online
+// softmax (scale applied to the scores), P rounded to bf16 (as the Triton kernels round p to the
+// model dtype for their P.V dot), then acc += P V by brgemm. K and V rows outside the item's key
+// range enter the panels as zeros (a cache block past a sequence's end holds whatever was there
+// before; 0 * NaN would poison the sum). vnni: B panels packed for oneDNN's AMX kernels
+// (cpublas::could_pack); otherwise torch's gemm runs on the plain panels, the same loops, so
+// that any machine tests them.
+void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BFloat16>& kv,
+                   Scratch& w, int R, int64_t first, int64_t last, bool vnni) {
+  using BF = c10::BFloat16;
+  namespace blas = at::native::cpublas;
+  const int64_t D = st.g.dim, bs = st.g.block;
+  const int64_t k0 = item[kK0], k1 = item[kK1];
+  const int64_t run = std::max<int64_t>(1, kPanel / bs), lds = run * bs;
+  const BF* q = reinterpret_cast<const BF*>(w.q);
+  const int64_t panel = std::max(D, kPanel) * kPanel;
+  if (static_cast<int64_t>(w.panels.size()) < 2 * panel) w.panels.resize(2 * panel);
+  BF* plain = w.panels.data();
+  BF* packed = plain + panel;
+  for (int64_t c = first; c <= last; c += run) {
+    const int64_t n = (std::min(last + 1, c + run) - c) * bs, kc = c * bs;
+    const int64_t cj0 = std::max<int64_t>(k0 - kc, 0), cj1 = std::min<int64_t>(k1 - kc, n);
+    // row j of the run (K: which = 0, V: which = 1); null outside the item's key range
+    auto row = [&](int64_t j, int64_t which) -> const BF* {
+      if (j < cj0 || j >= cj1) return nullptr;
+      return kv.k(c + j / bs) + which * kv.kv + (j % bs) * D;
+    };
+    for (int64_t j = 0; j < n; j += kPanel) {  // scores, kPanel keys at a time
+      const int64_t wn = std::min(kPanel, n - j);
+      for (int64_t t = 0; t < wn;) {  // K^T panel [D][wn], one block's rows at a time
+        const int64_t key = j + t;
+        if (const BF* k = row(key, 0)) {
+          const int64_t rows = std::min({wn - t, bs - key % bs, cj1 - key});
+          transpose(rows, D, k, D, plain + t, wn);
+          t += rows;
+        } else {
+          for (int64_t d = 0; d < D; ++d) plain[d * wn + t] = BF(0.f);
+          ++t;
+        }
+      }
+      blas::brgemm(R, wn, D, D, wn, lds, false, q, finish_panel(plain, packed, D, wn, vnni),
+                   w.s + j, vnni);
+    }
+    for (int r = 0; r < R; ++r) {
+      w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kc, cj0, cj1));
+      w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kc, cj0, cj1));
+    }
+    softmax_dot(w.s, lds, R, 0, static_cast<int>(n), w.a.data(), w.b.data(), st.scale,
+                st.mk.soft_cap, w.m, w.l, w.alpha);
+    for (int r = 0; r < R; ++r) {
+      at::vec::convert(w.s + r * lds, w.pb + r * lds, n);
+      if (w.alpha[r] != 1.f) {
+        float* a = w.acc + r * D;
+        for (int64_t d = 0; d < D; d += kV) (Vec::loadu(a + d) * Vec(w.alpha[r])).store(a + d);
+      }
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += kPanel) {  // P.V, kPanel output columns at a time
+      const int64_t wc = std::min(kPanel, D - d0);
+      for (int64_t j = 0; j < n; j += kPanel) {
+        const int64_t wn = std::min(kPanel, n - j);
+        for (int64_t t = 0; t < wn; ++t) {  // V panel [wn][wc]
+          const BF* v = row(j + t, 1);
+          if (v)
+            std::memcpy(plain + t * wc, v + d0, sizeof(BF) * wc);
+          else
+            std::fill(plain + t * wc, plain + (t + 1) * wc, BF(0.f));
+        }
+        blas::brgemm(R, wc, wn, lds, wc, D, true, w.pb + j,
+                     finish_panel(plain, packed, wn, wc, vnni), w.acc + d0, vnni);
+      }
+    }
+  }
+}
+
 // Attend one item's rows (prepared in w.q) over its key range; leaves m, l, acc in w.
+// vnni: the matrix layout's B panels are packed for oneDNN's AMX kernels.
 template <bool kBf16Dot, typename KT>
-void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bool rows_layout,
-            int64_t Rp) {
+void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, Layout layout,
+            int64_t Rp, bool vnni) {
   const Geometry& g = st.g;
   const int64_t D = g.dim, bs = g.block, G = g.group;
   const Rows rows{item[kQn] * G, G};
@@ -385,7 +504,9 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, bo
   const ItemBlocks<KT> kv{cache, st.block_table + item[kSeq] * st.bt_stride, g.kv_heads,
                           item[kKvh], bs * D, g.kv_heads * bs * D};
   const int64_t first = k0 / bs, last = (k1 - 1) / bs;
-  if (rows_layout)
+  if constexpr (std::is_same_v<KT, c10::BFloat16>)
+    if (layout == Layout::kMatrix) return attend_matrix(st, item, kv, w, R, first, last, vnni);
+  if (layout == Layout::kRows)
     attend_rows(st, item, kv, w, R, Rp, first, last, min_hi, max_lo);
   else
     attend_dot<kBf16Dot>(st, item, kv, w, R, first, last);
@@ -467,25 +588,39 @@ struct Buffers {
   float v_scale;
 };
 
+// matrix: items of kRowsLayoutMin rows or more per KV head take the matrix layout (bf16 query and
+// cache only); vnni: its B panels are packed for oneDNN's AMX kernels.
 template <typename KT, typename QT>
 void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, const QT* query,
-               QT* out, const Buffers& bufs) {
+               QT* out, const Buffers& bufs, bool matrix, bool vnni) {
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
+  constexpr bool kMatrixTypes =
+      std::is_same_v<KT, c10::BFloat16> && std::is_same_v<QT, c10::BFloat16>;
   std::atomic<int64_t> next{0};
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(U, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     Scratch& w = scratch();
+    bool brgemm_used = false;
     for (int64_t u = next.fetch_add(1); u < U; u = next.fetch_add(1)) {
       const int32_t* item = it + u * kFields;
       const Rows rows{item[kQn] * G, G};
       const int R = static_cast<int>(rows.per_head * item[kHeads]);
       // make_plan gives a rows-layout item a single KV head
       const bool rows_layout = rows.per_head >= kRowsLayoutMin;
-      const int64_t Rp = rows_layout ? (R + kV - 1) / kV * kV : R;
+      const Layout layout = !rows_layout                     ? Layout::kDot
+                            : matrix && kMatrixTypes ? Layout::kMatrix
+                                                             : Layout::kRows;
+      const int64_t Rp = layout == Layout::kRows ? (R + kV - 1) / kV * kV : R;
       w.reserve(Rp, D, st.g.block);
       constexpr bool kBf16Dot = kDotBf16<KT, QT>;
-      load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>, kBf16Dot && !rows_layout);
-      attend<kBf16Dot>(st, item, cache, w, rows_layout, Rp);
+      if (layout == Layout::kMatrix) {  // the rows as given: bf16, unscaled
+        load_queries(st, item, query, w, false, Rp, false, true);
+        brgemm_used = true;
+      } else {
+        load_queries(st, item, query, w, rows_layout, Rp, kPairSplit<KT>,
+                     kBf16Dot && !rows_layout);
+      }
+      attend<kBf16Dot>(st, item, cache, w, layout, Rp, vnni);
       if (item[kProw] >= 0) {
         float* pacc = bufs.pacc + static_cast<int64_t>(item[kProw]) * D;
         float* pml = bufs.pml + static_cast<int64_t>(item[kProw]) * 2;
@@ -504,6 +639,8 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
                    out + ((item[kQ0] + rows.token(r)) * H + h) * D);
       }
     }
+    // AMX tiles stay configured after a brgemm until released (as torch's own kernels do)
+    if (brgemm_used && vnni) at::native::cpublas::brgemm_release(true);
   });
 }
 
@@ -601,6 +738,19 @@ PA_EXPORT const float* pa_attn_fp8_table() { return g_fp8_table; }
 
 PA_EXPORT int64_t pa_attn_vector_width() { return kV; }
 
+// 1 when torch's oneDNN ukernel packs bf16 B panels for a matrix engine (AMX) on this CPU: the
+// matrix layout then runs oneDNN's AMX brgemm, else torch's gemm.
+PA_EXPORT int64_t pa_attn_matrix_engine() {
+  return at::native::cpublas::could_pack(at::kBFloat16) ? 1 : 0;
+}
+
+namespace {
+thread_local std::string g_last_error;  // what the last failed call on this thread raised
+}
+
+// The message of the exception that made this thread's last pa_attn_forward return -2.
+PA_EXPORT const char* pa_attn_last_error() { return g_last_error.c_str(); }
+
 // Plans a step. counts[3] receives (items, reduce rows, partial rows); items_out
 // [items, kFields] and reduce_out [reduce rows, rFields] (ITEM_FIELDS, REDUCE_FIELDS in
 // attention.py) are filled when not null (call once to size them).
@@ -620,7 +770,9 @@ PA_EXPORT void pa_attn_plan(const int32_t* qsl, const int32_t* lens, int64_t S, 
 }
 
 // query/out [T, H, D] contiguous (model dtype), cache [nb, 2, KH, bs, D] (cache dtype),
-// block_table int32 [S, bt_stride], sinks fp32 [H] or null. Returns 0, or -1 on a bad dtype code.
+// block_table int32 [S, bt_stride], sinks fp32 [H] or null. matrix != 0: items of 16 or more rows
+// per KV head take the matrix layout (bf16 query and cache). Returns 0, -1 on a bad dtype code,
+// or -2 when a torch call raised (pa_attn_last_error says what; out is then incomplete).
 PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t model_dtype,
                                   int64_t cache_dtype, const int32_t* block_table,
                                   int64_t bt_stride, const int32_t* seq_lens, const int32_t* items,
@@ -628,7 +780,8 @@ PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t 
                                   float* partial_acc, float* partial_ml, const float* sinks,
                                   void* out, int64_t heads, int64_t kv_heads, int64_t dim,
                                   int64_t block, double scale, double k_scale, double v_scale,
-                                  int64_t causal, int64_t window, double soft_cap) {
+                                  int64_t causal, int64_t window, double soft_cap,
+                                  int64_t matrix) {
   const Step st{{heads, kv_heads, heads / kv_heads, dim, block},
                 {causal != 0, window, static_cast<float>(soft_cap)},
                 static_cast<float>(scale * k_scale),
@@ -636,17 +789,24 @@ PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t 
                 bt_stride,
                 seq_lens};
   const Buffers bufs{partial_acc, partial_ml, sinks, static_cast<float>(v_scale)};
+  const bool vnni = matrix != 0 && at::native::cpublas::could_pack(at::kBFloat16);
   bool ok = false;
-  dispatch_model(model_dtype, [&](auto qtag) {
-    using QT = decltype(qtag);
-    const QT* q = static_cast<const QT*>(query);
-    QT* o = static_cast<QT*>(out);
-    ok = dispatch_cache(cache_dtype, [&](auto ctag) {
-      using KT = decltype(ctag);
-      run_items(st, items, num_items, static_cast<const KT*>(cache), q, o, bufs);
-      if (num_reduce > 0) run_reduce(st, reduce, num_reduce, o, bufs, kPairSplit<KT>);
+  try {
+    dispatch_model(model_dtype, [&](auto qtag) {
+      using QT = decltype(qtag);
+      const QT* q = static_cast<const QT*>(query);
+      QT* o = static_cast<QT*>(out);
+      ok = dispatch_cache(cache_dtype, [&](auto ctag) {
+        using KT = decltype(ctag);
+        run_items(st, items, num_items, static_cast<const KT*>(cache), q, o, bufs, matrix != 0,
+                  vnni);
+        if (num_reduce > 0) run_reduce(st, reduce, num_reduce, o, bufs, kPairSplit<KT>);
+      });
     });
-  });
+  } catch (const std::exception& e) {  // a C++ exception must not cross the C boundary
+    g_last_error = e.what();
+    return -2;
+  }
   return ok ? 0 : -1;
 }
 
