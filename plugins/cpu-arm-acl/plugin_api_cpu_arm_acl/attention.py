@@ -100,8 +100,12 @@ class CpuAttentionPlan:
 
 
 @functools.cache
+def _machine() -> DeviceInfo:
+    return read_device_info()  # reads /proc/cpuinfo and package metadata: once, not per step
+
+
 def _machine_isa() -> ext.IsaPath | None:
-    return ext.isa_path(read_device_info())
+    return ext.isa_path(_machine())
 
 
 def _extension() -> ctypes.CDLL:
@@ -165,7 +169,7 @@ class CpuPagedAttention:
         self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: object
     ) -> CpuAttentionPlan:
         lib = _extension()
-        matrix = matrix_path(spec, read_device_info(), self.matrix)
+        matrix = matrix_path(spec, _machine(), self.matrix)
         if matrix.used and matrix.engine and not lib.pa_attn_matrix_engine():
             # the CPU flags show AMX, yet torch's oneDNN will not pack for it (oneDNN disabled in
             # torch.backends.mkldnn, or its ISA capped by ONEDNN_MAX_CPU_ISA): the GEMMs would
