@@ -119,3 +119,11 @@ def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
     avx2 = dataclasses.replace(avx512, cpu_flags=frozenset({"avx2", "fma"}))
     reasons = panel.supports(LM_HEAD, avx2).reasons
     assert "PanelPolicy: isa=auto, kc=128, mc=64 (PLUGIN_API_ONEDNN_PANEL)" in reasons[-1]
+
+
+def test_attention_matrix_modes():
+    assert settings.read({}).attention_matrix == "auto"
+    assert settings.read({settings.ATTENTION_MATRIX: " off "}).attention_matrix == "off"
+    for bad in ("yes", "1", "AMX"):
+        with pytest.raises(SettingError, match=f"{settings.ATTENTION_MATRIX}='{bad}' must be one"):
+            settings.read({settings.ATTENTION_MATRIX: bad})
