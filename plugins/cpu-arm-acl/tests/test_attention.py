@@ -309,9 +309,21 @@ MATRIX_BATCHES = {
         dict(causal=False),
         dict(block_size=32, head_size=80),
         dict(block_size=128, head_size=64),
+        dict(block_size=48, head_size=96),  # panels 48 wide
+        dict(block_size=80, head_size=144),  # panels of 64 and 16
         dict(head_size=256),
     ],
-    ids=["base", "sinks", "window+softcap", "non-causal", "bs32-d80", "bs128-d64", "d256"],
+    ids=[
+        "base",
+        "sinks",
+        "window+softcap",
+        "non-causal",
+        "bs32-d80",
+        "bs128-d64",
+        "bs48-d96",
+        "bs80-d144",
+        "d256",
+    ],
 )
 @pytest.mark.parametrize("shape", list(MATRIX_BATCHES))
 def test_matrix_layout_against_the_oracle(matrix_on, threads, feature, shape):
