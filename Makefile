@@ -43,8 +43,11 @@ lint: setup
 
 # The Triton kernels run on the CPU only in the interpreter, which must be chosen before triton
 # traces them: their own pytest process, so no other test runs interpreted.
+# The kit's attention cases run a second time with the CPU attention's matrix layout forced on
+# (AMX where the CPU has it; elsewhere torch's gemm runs it), so that every machine checks it.
 test: setup system-deps lint
 	$(VENV)/bin/pytest --ignore=tests/triton_kernels
 	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
+	PLUGIN_API_ONEDNN_ATTENTION_MATRIX=on $(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl -k attention
