@@ -257,6 +257,15 @@ struct ItemBlocks {
   }
 };
 
+// w.a, w.b: each row's visible keys [lo, hi) relative to a run starting at key kc, clipped to the
+// run's keys [j0, j1) (softmax_dot's per-row range).
+inline void run_ranges(Scratch& w, int R, int64_t kc, int64_t j0, int64_t j1) {
+  for (int r = 0; r < R; ++r) {
+    w.a[r] = static_cast<int>(std::clamp(static_cast<int64_t>(w.lo[r]) - kc, j0, j1));
+    w.b[r] = static_cast<int>(std::clamp(static_cast<int64_t>(w.hi[r]) - kc, j0, j1));
+  }
+}
+
 // The dot layout over runs of whole blocks (run_blocks): the scores of every block and KV head
 // of the run, one softmax pass per row, then P.V with the accumulators in registers across the
 // run's blocks (per 16-key block instead, each row paid its max/exp/sum reductions and a reload
@@ -297,10 +306,7 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
       }
       kp = next;
     }
-    for (int r = 0; r < R; ++r) {
-      w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kc, cj0, cj1));
-      w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kc, cj0, cj1));
-    }
+    run_ranges(w, R, kc, cj0, cj1);
     softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), kBf16Dot ? st.scale : 1.f,
                 st.mk.soft_cap, w.m, w.l, w.alpha);
     // head h's V rows of the next run, prefetched during head h's P.V
@@ -441,10 +447,7 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
       blas::brgemm(R, wn, D, D, wn, lds, false, q, finish_panel(plain, packed, D, wn, vnni),
                    w.s + j, vnni);
     }
-    for (int r = 0; r < R; ++r) {
-      w.a[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.lo[r]) - kc, cj0, cj1));
-      w.b[r] = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(w.hi[r]) - kc, cj0, cj1));
-    }
+    run_ranges(w, R, kc, cj0, cj1);
     softmax_dot(w.s, lds, R, 0, static_cast<int>(n), w.a.data(), w.b.data(), st.scale,
                 st.mk.soft_cap, w.m, w.l, w.alpha);
     for (int r = 0; r < R; ++r) {
@@ -514,7 +517,8 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, La
 
 // Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
 // pair_split: the dot layout stores each row in load_pair's order for a bf16 cache.
-// bf16_dot (dot layout only): the rows as given, bf16 and unscaled (kDotBf16).
+// bf16_dot (dot layout with kDotBf16, and the matrix layout): the rows as given, bf16 and
+// unscaled.
 template <typename QT>
 void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch& w,
                   bool rows_layout, int64_t Rp, bool pair_split, bool bf16_dot) {
