@@ -37,7 +37,7 @@ rm -rf "$ROOT/src" && git clone -q "$REPO" "$ROOT/src"
 # shellcheck disable=SC2016
 exec unshare -m bash -ec '
   for d in proc sys dev; do mount --bind "/$d" "$ROOT/$d"; done
-  in_root() { chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/opt/venv/bin:/usr/bin:/bin \
+  in_root() { chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/opt/venv/bin:/usr/bin:/bin:/usr/sbin:/sbin \
     PYTHONPATH=/src:/src/plugins/cpu-arm-acl "$@"; }
   if [ ! -x "$ROOT/opt/venv/bin/python" ]; then
     # the host CAs too, for a TLS-intercepting proxy between this machine and PyPI
