@@ -45,7 +45,7 @@ exec unshare -m bash -ec '
     in_root update-ca-certificates
     in_root python3 -m venv /opt/venv
     in_root pip install -q --cert /etc/ssl/certs/ca-certificates.crt "$TORCH" "pluggy>=1.5" \
-      importlib-metadata "pytest>=8" "hypothesis>=6.100" ninja
+      importlib-metadata "pytest>=8" "hypothesis>=6.100" ninja numpy
   fi
   in_root python /src/plugins/cpu-arm-acl/tools/emulated_cpuinfo.py >"$ROOT/cpuinfo"
   mount --bind "$ROOT/cpuinfo" "$ROOT/proc/cpuinfo"
