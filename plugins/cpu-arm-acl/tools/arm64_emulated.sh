@@ -3,7 +3,7 @@
 # qemu-user, with PyPI's aarch64 CPU build of torch, so that the attention kernels' neon variant
 # is compiled by a real aarch64 g++ and run against the oracle. Correctness only (emulated speed
 # says nothing). Needs root on a Debian x86-64 host (apt, binfmt_misc, chroot, unshare); the
-# first run takes about 30 minutes on 2 cores, mostly emulated compiling.
+# first run took 24 minutes on 2 cores (debootstrap, pip, then the emulated build and check).
 #   usage: plugins/cpu-arm-acl/tools/arm64_emulated.sh [attention_check.py arguments]
 # ARM64_ROOT (default /var/tmp/plugin-api-arm64) keeps the chroot between runs; each run checks
 # the repository's committed HEAD.

@@ -85,9 +85,16 @@ def check(
     return None
 
 
+def thread_count(text: str) -> int:
+    n = int(text) if text.strip().isdigit() else 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=thread_count, nargs="+", default=[1, 2])
     parser.add_argument("--matrix", nargs="+", choices=MATRIX_MODES, default=["off", "on"])
     parser.add_argument("--json", metavar="PATH", help="write the summary here")
     args = parser.parse_args(argv)
