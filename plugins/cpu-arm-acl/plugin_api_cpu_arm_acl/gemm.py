@@ -9,29 +9,38 @@ Kernels, by weight dtype:
   ``LmHeadPolicy`` picks it, then one downcast copy) or -> bf16 dst. Without one (AVX2-only
   x86, Arm without BF16) bf16 is rejected here and served by ``panel_gemm``.
 - fp32: f32 x f32 -> f32.
-- int8 where oneDNN's s8 matmul is exact (Arm, x86 with VNNI/AMX): s8 x s8 -> f32 with the
-  per-channel weight scale in the primitive; the per-token scale and the bias are one torch
-  epilogue (``addcmul``), because oneDNN's per-row binary post-op drops x86 matmuls to its
-  reference kernel. Elsewhere ``panel_gemm`` serves int8 exactly.
+- int8 where oneDNN's s8 matmul is exact (Arm, x86 with VNNI/AMX): s8 x s8 -> f32 (with the
+  per-channel weight scale where ``MatmulForm`` puts it in the primitive); the per-token scale
+  and the bias are one torch epilogue (``addcmul``), because oneDNN's per-row binary post-op
+  drops x86 matmuls to its reference kernel. Elsewhere ``panel_gemm`` serves int8 exactly.
+
+Every primitive gets dense rows and only what ``MatmulForm`` says its fast kernels take; one
+that still lands on oneDNN's reference code is warned once (an error under
+``PLUGIN_API_STRICT=1``): see ``matmul_form``.
 """
 
 from __future__ import annotations
 
 import platform
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from plugin_api.device_info import DeviceInfo
+from plugin_api.errors import FallbackRefused
 from plugin_api.ops import checks
 from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
 from plugin_api.ops.primitive_cache import PrimitiveCache
+from plugin_api.selection import PluginApiWarning
+from plugin_api.settings import read_settings
 
 from .build import extension
 from .isa import bf16_matmul, int8_matmul_exact, isa_name
+from .matmul_form import MatmulForm, reference_kernel
 from .settings import LmHeadPolicy
 
 F32, BF16, S8 = torch.float32, torch.bfloat16, torch.int8
@@ -41,23 +50,29 @@ PACK_M = 16  # the M whose primitive chooses the packed layout; other Ms reuse t
 
 @dataclass(frozen=True, slots=True)
 class OneDnnWeight:
-    """A weight packed by oneDNN. ``compute`` is the primitive's src/weights type."""
+    """A weight packed by oneDNN. ``compute`` is the primitive's src/weights type; int8 keeps
+    its ``w_scale`` ``[N]`` for an epilogue that applies it (``MatmulForm.weight_scales`` off)."""
 
     packed: Any  # torch.classes.pa_cpu_onednn.PackedWeights
     compute: torch.dtype
     nbytes: int
     layout: str
+    w_scale: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One call as the kernel sees it (``src``/``bias`` possibly converted, ``kernel_out`` the
-    primitive's dst: ``out`` itself or a temporary) and the problem keying its primitive."""
+    """One call: ``problem`` (the call's full descriptor, keying its primitive), the primitive's
+    own problem ``conf`` (dense rows, and only what ``MatmulForm`` gives it), its operands
+    (``src``/``kernel_out`` the call's tensors or dense staging buffers) and what the torch
+    epilogue adds (``epilogue_bias``, fp32)."""
 
     problem: GemmProblem
+    conf: tuple[int, ...]
     src: torch.Tensor
     bias: torch.Tensor | None
     kernel_out: torch.Tensor
+    epilogue_bias: torch.Tensor | None
 
 
 class OneDnnGemm:
@@ -69,13 +84,18 @@ class OneDnnGemm:
         policy: LmHeadPolicy | None = None,
         threads: int | None = None,
         cache_capacity: int = 256,
+        form: MatmulForm | None = None,
+        strict: bool | None = None,
     ) -> None:
         self.policy = policy  # None: LmHeadPolicy.default_for the machine
         if threads is not None:
             checks.positive_int("OneDnnGemm", "threads", threads)
         self.threads = threads
+        self.form = form  # None: MatmulForm.for_machine where the kernels run
+        self.strict = strict  # None: PLUGIN_API_STRICT, read when a primitive is built
         self.cache: PrimitiveCache[GemmProblem, Any] = PrimitiveCache(cache_capacity)
         self._scratch = threading.local()
+        self._warned: set[tuple[str, str]] = set()
 
     # ---- decisions (pure) ----------------------------------------------------------------------
 
@@ -91,13 +111,16 @@ class OneDnnGemm:
                 f"int8 scaled_mm: {isa_name(info)} without VNNI/AMX, where oneDNN's s8 matmul "
                 "saturates an int16 intermediate (vpmaddubsw) for full-range int8 weights"
             )
+        form = self.form_for(info.machine)
         if spec.scaled:
+            where = "in the primitive" if form.weight_scales else "in the torch epilogue"
             return Decision.accept(
-                "oneDNN s8 x s8 -> f32 matmul with per-channel weight scales; per-token scale "
-                "and bias in one torch epilogue"
+                f"oneDNN s8 x s8 -> f32 matmul with per-channel weight scales {where}; "
+                "per-token scale and bias in one torch epilogue"
             )
+        form = "bias " + ("in the primitive" if form.bias else "added to the fp32 dst by torch")
         if spec.weight_dtype == F32:
-            return Decision.accept("oneDNN f32 matmul")
+            return Decision.accept("oneDNN f32 matmul", form)
         if not bf16_matmul(info):
             return Decision.reject(
                 f"bf16: {isa_name(info)} has no oneDNN bf16 matmul (every implementation reports "
@@ -109,9 +132,9 @@ class OneDnnGemm:
         policy = f"LmHeadPolicy: {self.policy_for(info.machine).describe()} ({source})"
         if spec.out_dtype == F32:
             return Decision.accept(
-                "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", policy
+                "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", form, policy
             )
-        return Decision.accept("oneDNN bf16 x bf16 matmul", policy)
+        return Decision.accept("oneDNN bf16 x bf16 matmul", form, policy)
 
     def kernel_dst(self, spec: GemmSpec, m: int) -> torch.dtype:
         """The primitive's dst type for ``m`` rows; bf16 out with an f32 dst is one downcast."""
@@ -123,6 +146,13 @@ class OneDnnGemm:
         """The policy given, else the measured default for ``machine``."""
         return LmHeadPolicy.default_for(machine) if self.policy is None else self.policy
 
+    def form_for(self, machine: str) -> MatmulForm:
+        """The form given, else what oneDNN's fast kernels take on ``machine``."""
+        return MatmulForm.for_machine(machine) if self.form is None else self.form
+
+    def _host_form(self) -> MatmulForm:
+        return self.form_for(platform.machine())
+
     def _host_policy(self) -> LmHeadPolicy:
         return self.policy_for(platform.machine())  # the machine the kernels run on
 
@@ -133,11 +163,12 @@ class OneDnnGemm:
     ) -> OneDnnWeight:
         """Pack ``weight`` ``[N, K]`` (bf16/fp32/int8); int8 keeps ``weight_scale`` ``[N]`` fp32."""
         compute = spec.weight_dtype
+        scaled = spec.scaled and self._host_form().weight_scales
         conf = [PACK_M, spec.n, spec.k, spec.k, spec.n, *[CODES[compute]] * 2, CODES[F32], 0]
-        conf += [int(spec.scaled), self._threads()]
-        scale = None if weight_scale is None else weight_scale.contiguous()
-        packed = extension().ops.pack(weight.contiguous(), scale, conf)
-        return OneDnnWeight(packed, compute, int(packed.nbytes()), str(packed.layout()))
+        conf += [int(scaled), self._threads()]
+        scale = None if weight_scale is None else weight_scale.to(F32).contiguous()
+        packed = extension().ops.pack(weight.contiguous(), scale if scaled else None, conf)
+        return OneDnnWeight(packed, compute, int(packed.nbytes()), str(packed.layout()), scale)
 
     def plan(
         self,
@@ -147,24 +178,34 @@ class OneDnnGemm:
         bias: torch.Tensor | None,
         out: torch.Tensor,
     ) -> Call:
-        """What one call runs: the kernel's tensors and the full problem that keys its primitive.
+        """What one call runs: the primitive's problem and operands, and the torch epilogue.
 
-        ``variant`` = compute type / dst handling (direct, downcast, epilogue) / threads, so
-        same-shape bf16-out and fp32-out calls never share a primitive.
+        ``problem`` is the call as given (strides, out dtype, bias dtype) with ``variant`` =
+        compute type / dst handling / threads, so same-shape bf16-out and fp32-out calls never
+        share a primitive.
         """
-        m = int(x.shape[0])
-        src = x
+        m, n, k = int(x.shape[0]), spec.n, spec.k
+        bias32 = None if bias is None else bias.to(F32)  # fp32: one rounding, at the end
         if spec.scaled:
-            kbias = None  # added by the epilogue, after the per-token scale
-            dst, handling = F32, f"epilogue-{checks.short_dtype(out.dtype)}"
+            dst = F32  # the per-token scale, then the bias, run in the epilogue
+            in_kernel = False
+            handling = f"epilogue-{checks.short_dtype(out.dtype)}"
         else:
-            kbias = None if bias is None else bias.to(F32)  # fp32: one rounding, at the end
-            dst = self.kernel_dst(spec, m)
+            in_kernel = bias is not None and self._host_form().bias
+            outside = bias is not None and not in_kernel
+            dst = F32 if outside else self.kernel_dst(spec, m)
             handling = "direct" if dst == out.dtype else f"downcast-{checks.short_dtype(out.dtype)}"
-        kernel_out = out if out.dtype == dst else torch.empty((m, spec.n), dtype=dst)
+            handling += "+bias" if outside else ""
         variant = f"{checks.short_dtype(payload.compute)}/{handling}/t{self._threads()}"
-        problem = problem_of(spec, src, kbias, kernel_out, variant=variant)
-        return Call(problem, src, kbias, kernel_out)
+        problem = problem_of(spec, x, bias32, out, variant=variant)
+        src = self._dense(x, "src")
+        kernel_out = out if out.dtype == dst else self._staging("dst", m, n, dst)
+        kernel_out = self._dense(kernel_out, "dst")
+        scaled = spec.scaled and self._host_form().weight_scales
+        conf = (m, n, k, k, n, CODES[payload.compute], CODES[payload.compute], CODES[dst])
+        conf += (CODES[F32] if in_kernel else 0, int(scaled), self._threads())
+        epilogue_bias = bias32 if bias is not None and not in_kernel else None
+        return Call(problem, conf, src, bias32 if in_kernel else None, kernel_out, epilogue_bias)
 
     def mm(
         self,
@@ -174,36 +215,25 @@ class OneDnnGemm:
         bias: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` row stride may exceed K."""
+        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` and ``out`` row strides may exceed the
+        row (they are staged through dense buffers: oneDNN's fast kernels take dense rows)."""
         m = int(x.shape[0])
         if m == 0:
             return
         pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
         if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
-            xp, op = self._padded(spec, pad, x.dtype, out.dtype)
+            xp = self._staging("pad-src", pad, spec.k, x.dtype)
+            op = self._staging("pad-out", pad, spec.n, out.dtype)
             xp[:m].copy_(x)
             self.mm(spec, xp, payload, bias, op)
             out.copy_(op[:m])
             return
         call = self.plan(spec, payload, x, bias, out)
         self._run(call, payload)
-        if call.kernel_out is not out:
-            out.copy_(call.kernel_out)  # the one downcast (round to nearest even)
-
-    def _padded(
-        self, spec: GemmSpec, rows: int, x_dtype: torch.dtype, out_dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """This thread's ``rows``-row input and output for ``spec``, made once (zero rows)."""
-        bufs = getattr(self._scratch, "padded", None)
-        if bufs is None:
-            bufs = self._scratch.padded = {}
-        key = (spec.n, spec.k, rows, x_dtype, out_dtype)
-        if key not in bufs:
-            bufs[key] = (
-                torch.zeros(rows, spec.k, dtype=x_dtype),
-                torch.zeros(rows, spec.n, dtype=out_dtype),
-            )
-        return bufs[key]
+        if call.epilogue_bias is not None:
+            torch.add(call.kernel_out, call.epilogue_bias, out=out)  # fp32 sum, rounded once
+        elif call.kernel_out is not out:
+            out.copy_(call.kernel_out)  # the one downcast (round to nearest even), or restride
 
     def scaled_mm(
         self,
@@ -220,14 +250,18 @@ class OneDnnGemm:
             return
         call = self.plan(spec, payload, x_q, bias, out)
         self._run(call, payload)
-        s = x_scale.view(m, 1)
-        if bias is None:
-            torch.mul(call.kernel_out, s, out=out)
+        acc, s = call.kernel_out, x_scale.view(m, 1)  # acc: fp32, dense (and maybe `out`)
+        if not self._host_form().weight_scales:
+            assert payload.w_scale is not None  # prepare keeps it for int8
+            acc.mul_(s)  # (acc * x_scale) * w_scale, the reference's order
+            s = payload.w_scale.view(1, spec.n)
+        if call.epilogue_bias is None:
+            torch.mul(acc, s, out=out)
         else:
-            torch.addcmul(bias, call.kernel_out, s, out=out)
+            torch.addcmul(call.epilogue_bias, acc, s, out=out)
 
     def _run(self, call: Call, payload: OneDnnWeight) -> None:
-        prim = self.cache.get_or_build(call.problem, lambda p: self._build(p, payload))
+        prim = self.cache.get_or_build(call.problem, lambda _: self._build(call.conf, payload))
         prim.run(payload.packed, call.src, call.bias, call.kernel_out, self.scratchpad(prim))
 
     def scratchpad(self, prim: Any) -> torch.Tensor:
@@ -239,11 +273,54 @@ class OneDnnGemm:
             self._scratch.buf = buf
         return buf
 
-    def _build(self, p: GemmProblem, payload: OneDnnWeight) -> Any:
-        bias = 0 if p.bias_dtype is None else CODES[p.bias_dtype]
-        conf = [p.m, p.n, p.k, p.a_row_stride, p.c_row_stride, CODES[p.a_dtype]]
-        conf += [CODES[payload.compute], CODES[p.c_dtype], bias, int(p.scaled), self._threads()]
-        return extension().ops.matmul(conf, payload.packed)
+    def _staging(self, role: str, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+        """This thread's dense ``[rows, cols]`` buffer for ``role``, grown as needed (zeroed when
+        made: padding rows then hold finite values)."""
+        bufs = getattr(self._scratch, "staging", None)
+        if bufs is None:
+            bufs = self._scratch.staging = {}
+        buf = bufs.get((role, cols, dtype))
+        if buf is None or buf.shape[0] < rows:
+            buf = bufs[(role, cols, dtype)] = torch.zeros(rows, cols, dtype=dtype)
+        return buf[:rows]
+
+    def _dense(self, t: torch.Tensor, role: str) -> torch.Tensor:
+        """``t`` with row stride = row length: itself (or a view of a one-row ``src``), else
+        staged. ``src`` is copied in; a staged ``dst`` is copied out by the caller."""
+        rows, cols = t.shape
+        if t.stride(0) == cols or rows == 0:
+            return t
+        if rows == 1 and role == "src":  # a dst view would alias `out` in the epilogue
+            return t.as_strided((1, cols), (cols, 1))
+        staged = self._staging(role, rows, cols, t.dtype)
+        if role == "src":
+            staged.copy_(t)
+        return staged
+
+    def _build(self, conf: tuple[int, ...], payload: OneDnnWeight) -> Any:
+        prim = extension().ops.matmul(list(conf), payload.packed)
+        impl = str(prim.impl())
+        if reference_kernel(impl, platform.machine()):
+            self._reference_kernel(conf, impl)
+        return prim
+
+    def _reference_kernel(self, conf: tuple[int, ...], impl: str) -> None:
+        """oneDNN gave a problem its reference code: warned once per kind, an error when strict."""
+        m, n, k, _, _, a, b, c, bias, scaled, threads = conf
+        names = {v: checks.short_dtype(t) for t, v in CODES.items()}
+        what = f"{names[a]}x{names[b]}->{names[c]} M={m} N={n} K={k}"
+        what += (" bias" if bias else "") + (" w_scale" if scaled else "")
+        msg = (
+            f"gemm: oneDNN {extension().ops.onednn_version()} runs {what} (threads={threads}) "
+            f"with its reference kernel {impl!r}, far slower than its optimised ones"
+        )
+        strict = read_settings().strict if self.strict is None else self.strict
+        if strict:
+            raise FallbackRefused(msg + "; PLUGIN_API_STRICT=1 forbids it", backend="cpu-arm-acl")
+        key = (impl, what.split(" ")[0])
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(msg + " (warned once per kind)", PluginApiWarning, stacklevel=2)
 
     def _threads(self) -> int:
         return self.threads or torch.get_num_threads()

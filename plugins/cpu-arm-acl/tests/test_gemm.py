@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import warnings
 
 import pytest
 import torch
@@ -20,8 +21,10 @@ from plugin_api.ops.gemm import GemmProblem, GemmSpec
 from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
-from plugin_api_cpu_arm_acl.gemm import OneDnnGemm
+from plugin_api_cpu_arm_acl.build import extension
+from plugin_api_cpu_arm_acl.gemm import CODES, OneDnnGemm
 from plugin_api_cpu_arm_acl.isa import bf16_matmul, int8_matmul_exact, int8_panel_exact
+from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
 from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
 
@@ -70,14 +73,21 @@ def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype, dict[str
     return F32, common | extra
 
 
-@pytest.mark.parametrize("impl_name", ["onednn", "panel"])
+@pytest.mark.parametrize("impl_name", ["onednn", "onednn-acl-form", "panel"])
 def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
-    """Real calls that differ in one descriptor field each get their own cached primitive."""
+    """Real calls that differ in one descriptor field each get their own cached primitive, and
+    match the fp64 oracle. oneDNN runs strict: a primitive on its reference kernel (strided
+    rows, say) fails the test. ``onednn-acl-form``: the form Arm uses (bias and weight scales in
+    the torch epilogue), run here."""
     host = read_device_info()
     # no LM-head row padding: each call's own M keys its primitive (padding has its own test)
     policy = dataclasses.replace(LmHeadPolicy.default_for(platform.machine()), pad_m=1)
-    impl = OneDnnGemm(threads=2, policy=policy) if impl_name == "onednn" else PanelGemm(threads=2)
-    base_wdt, variations = _variations(impl_name, host)
+    if impl_name == "panel":
+        impl = PanelGemm(threads=2)
+    else:
+        form = ACL if impl_name == "onednn-acl-form" else FULL
+        impl = OneDnnGemm(threads=2, policy=policy, form=form, strict=True)
+    base_wdt, variations = _variations(impl_name.split("-")[0], host)
     prim_of: dict[GemmProblem, object] = {}
     packed: dict[tuple, object] = {}
 
@@ -305,3 +315,77 @@ def test_bad_thread_count_is_an_error():
         OneDnnGemm(threads=0)
     with pytest.raises(ValueError, match="threads=0 must be >= 1"):
         PanelGemm(threads=0)
+
+
+@pytest.mark.parametrize(
+    "impl,machine,reference",
+    [
+        ("ref:any", "x86_64", True),
+        ("ref_int8:any", "aarch64", True),
+        ("brg:avx512_core_bf16", "x86_64", False),
+        ("gemm:jit:f32", "x86_64", False),  # x86: oneDNN's jit sgemm
+        ("gemm:jit:f32", "aarch64", True),  # aarch64: the same name runs its C++ reference gemm
+        ("gemm:acl", "aarch64", False),
+        ("lowp_gemm:acl", "aarch64", False),
+        ("brg_matmul:sve_256", "aarch64", False),
+    ],
+)
+def test_reference_kernel_names(impl, machine, reference):
+    assert reference_kernel(impl, machine) is reference
+
+
+def test_arm_keeps_bias_and_weight_scales_out_of_the_primitive():
+    assert MatmulForm.for_machine("aarch64") == ACL == MatmulForm(bias=False, weight_scales=False)
+    assert MatmulForm.for_machine("x86_64") == FULL
+    graviton = MACHINES["graviton4"]
+    assert "weight scales in the torch epilogue" in OneDnnGemm().supports(W8A8, graviton).because()
+    assert "bias added to the fp32 dst" in OneDnnGemm().supports(LM_HEAD, graviton).because()
+    assert "bias in the primitive" in OneDnnGemm().supports(LM_HEAD, AMX).because()
+    forced = OneDnnGemm(form=FULL).supports(W8A8, graviton).because()
+    assert "weight scales in the primitive" in forced
+
+
+def _reference_conf(impl: OneDnnGemm, payload: object, m: int, n: int, k: int) -> tuple:
+    """A problem this oneDNN serves with its reference kernel (a strided src: OneDnnGemm never
+    asks for one, because oneDNN 3.2's x86 kernels reject it), or a skip where it has none."""
+    conf = (m, n, k, k + 64, n, CODES[F32], CODES[F32], CODES[F32], 0, 0, 2)
+    built = extension().ops.matmul(list(conf), payload.packed)
+    if not reference_kernel(str(built.impl()), platform.machine()):
+        pytest.skip(f"this oneDNN runs a strided src in {built.impl()}, not its reference code")
+    return conf
+
+
+def test_a_primitive_on_oneDNNs_reference_kernel_is_warned_once_and_refused_when_strict(
+    onednn_backend,
+):
+    spec = GemmSpec(64, 128, F32, F32)
+    loose = OneDnnGemm(threads=2, strict=False)
+    payload = loose.prepare(spec, _rand(64, 128, seed=1, dtype=F32), None)
+    conf = _reference_conf(loose, payload, 3, 64, 128)
+    with pytest.warns(PluginApiWarning, match=r"fp32xfp32->fp32 M=3 N=64 K=128.*'ref:any'"):
+        loose._build(conf, payload)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loose._build(conf, payload)  # the same kind again: not warned twice
+    strict = OneDnnGemm(threads=2, strict=True)
+    with pytest.raises(FallbackRefused, match=r"reference kernel 'ref:any'.*PLUGIN_API_STRICT=1"):
+        strict._build(conf, payload)
+
+
+@pytest.mark.parametrize("form", [FULL, ACL], ids=["full", "acl"])
+def test_strided_rows_run_optimised_kernels(onednn_backend, form):
+    """x and out with row strides beyond the row (a slice of a wider buffer) are staged through
+    dense buffers, so oneDNN never sees the strided problem its x86 kernels reject."""
+    spec = GemmSpec(96, 256, F32, F32)
+    impl = OneDnnGemm(threads=2, form=form, strict=True)
+    w = _rand(96, 256, seed=2, dtype=F32)
+    payload = impl.prepare(spec, w, None)
+    b = _rand(96, seed=3, dtype=F32)
+    for m in (1, 2, 7):
+        x = _rand(m, 320, seed=m, dtype=F32)[:, :256]
+        out = torch.full((m, 128), float("nan"))[:, :96]
+        impl.mm(spec, x, payload, b, out)
+        torch.testing.assert_close(out, x @ w.t() + b, atol=1e-4, rtol=1e-5)
+    for problem in impl.cache.problems():
+        kernel = impl.cache.get_or_build(problem, lambda _: pytest.fail("not cached")).impl()
+        assert not reference_kernel(str(kernel), platform.machine()), (problem, kernel)
