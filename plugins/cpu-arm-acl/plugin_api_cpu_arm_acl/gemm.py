@@ -40,6 +40,7 @@ from plugin_api.settings import read_settings
 
 from .build import extension
 from .isa import bf16_matmul, int8_matmul_exact, isa_name
+from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
 from .settings import LmHeadPolicy
 
@@ -106,6 +107,8 @@ class OneDnnGemm:
             )
         if spec.out_dtype == torch.float16:
             return Decision.reject("int8 with fp16 out: not offered on the oneDNN path")
+        if spec.scaled and int8_matmul_exact(info) and not onednn_serves(info, "s8->f32"):
+            return Decision.reject(f"int8 scaled_mm: {why_not(info, 's8->f32')}")
         if spec.scaled and not int8_matmul_exact(info):
             return Decision.reject(
                 f"int8 scaled_mm: {isa_name(info)} without VNNI/AMX, where oneDNN's s8 matmul "
@@ -120,12 +123,16 @@ class OneDnnGemm:
             )
         form = "bias " + ("in the primitive" if form.bias else "added to the fp32 dst by torch")
         if spec.weight_dtype == F32:
+            if not onednn_serves(info, "f32->f32"):
+                return Decision.reject(f"fp32: {why_not(info, 'f32->f32')}")
             return Decision.accept("oneDNN f32 matmul", form)
         if not bf16_matmul(info):
             return Decision.reject(
                 f"bf16: {isa_name(info)} has no oneDNN bf16 matmul (every implementation reports "
                 "'unsupported isa')"
             )
+        if (slow := slow_bf16(info)) is not None:
+            return Decision.reject(f"bf16: {why_not(info, slow)}")
         source = (
             "PLUGIN_API_ONEDNN_LM_HEAD" if self.policy is not None else f"default on {info.machine}"
         )

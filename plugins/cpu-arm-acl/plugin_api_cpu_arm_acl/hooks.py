@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping, Sequence
 
 from plugin_api.contract import Availability, OpFamily
@@ -14,7 +15,15 @@ from .probe import probe
 
 @hookimpl
 def plugin_api_machine_facts() -> Mapping[str, str]:
-    return locate.facts(settings.read().root)
+    root = settings.read().root
+    found = locate.facts(root)
+    if locate.FACT_VERSION in found:  # and which kernels oneDNN picks (a few ms; no compiling)
+        from . import kernel_probe
+        from .matmul_form import MatmulForm
+
+        form = MatmulForm.for_machine(platform.machine())
+        found |= kernel_probe.facts(locate.locate(root).library, form)
+    return found
 
 
 @hookimpl

@@ -27,6 +27,7 @@ from plugin_api.ops.primitive_cache import PrimitiveCache
 
 from .build import extension
 from .isa import bf16_matmul, int8_matmul_exact, int8_panel_exact, isa_name, panel_isa
+from .kernel_probe import onednn_bf16
 from .settings import PANEL, PanelPolicy
 
 BF16, F32, F16, S8 = torch.bfloat16, torch.float32, torch.float16, torch.int8
@@ -104,10 +105,12 @@ class PanelGemm:
                 "in fp32, cast once",
                 policy,
             )
-        if spec.weight_dtype == BF16 and bf16_matmul(info):
+        if spec.weight_dtype == BF16 and onednn_bf16(info):
             return Decision.reject(f"bf16: oneDNN has a bf16 matmul on {isa_name(info)}")
         w = checks.short_dtype(spec.weight_dtype)
-        why = "no oneDNN bf16 kernel" if spec.weight_dtype == BF16 else "not offered by oneDNN here"
+        why = "not offered by oneDNN here"
+        if spec.weight_dtype == BF16:
+            why = "no oneDNN bf16 kernel" if not bf16_matmul(info) else "oneDNN's is reference code"
         return Decision.accept(
             f"{w} on {isa_name(info)} ({why}): {how}, weights stay {w} in 16-column panels, "
             f"widened in registers, fp32 accumulator; {w} out rounded once",

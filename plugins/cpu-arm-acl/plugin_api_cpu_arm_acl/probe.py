@@ -7,6 +7,7 @@ from __future__ import annotations
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 
+from . import kernel_probe
 from .isa import ARM, X86, bf16_matmul, int8_matmul_exact, isa_name
 from .locate import FACT_ACL, FACT_MISSING, FACT_ROOT, FACT_VERSION
 from .settings import ROOT
@@ -25,10 +26,17 @@ def probe(info: DeviceInfo) -> Availability:
             why = f"no ACL-enabled oneDNN found ({why}); build oneDNN with ACL, set {ROOT}"
         return Availability.unavailable(f"{info.cpu_model} ({isa}): {why}")
     onednn = f"oneDNN {version} at {info.fact(FACT_ROOT) or '?'}"
+    failed = info.fact(kernel_probe.FACT_ERROR)
+    if failed is not None:
+        return Availability.unavailable(f"{info.cpu_model} ({isa}): {onednn} failed: {failed}")
+    kernels = [line] if (line := kernel_probe.describe(info)) else []
     if info.machine in ARM:
         if info.fact(FACT_ACL) == "yes":
+            slow = kernel_probe.slow_bf16(info) if bf16_matmul(info) else None
+            why = kernel_probe.why_not(info, slow) if slow else ""
+            bf16 = [f"bf16 GEMMs run the plugin's panel kernels: {why}"] if slow else []
             return Availability.validated(
-                "cpu", f"{info.cpu_model} ({isa}) with ACL-enabled {onednn}"
+                "cpu", f"{info.cpu_model} ({isa}) with ACL-enabled {onednn}", *kernels, *bf16
             )
         return Availability.unavailable(
             f"{info.cpu_model} ({isa}): {onednn} was built without ACL; build oneDNN with ACL "
@@ -38,7 +46,7 @@ def probe(info: DeviceInfo) -> Availability:
         return Availability.unavailable(f"{info.cpu_model}: oneDNN needs at least AVX2")
     bf16 = (
         "bf16 matmuls run oneDNN bf16 kernels"
-        if bf16_matmul(info)
+        if kernel_probe.onednn_bf16(info)
         else "no oneDNN bf16 kernel on this ISA: bf16 GEMMs run the plugin's panel kernels "
         "(bf16 weights widened in registers, fp32 accumulation)"
     )
@@ -53,4 +61,5 @@ def probe(info: DeviceInfo) -> Availability:
         f"{info.cpu_model} ({isa}): {onednn}, x86 kernels; validated target is aarch64 with ACL",
         bf16,
         int8,
+        *kernels,
     )

@@ -12,7 +12,7 @@ import torch
 
 from plugin_api.backend import backend_for
 from plugin_api.contract import OpFamily
-from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.device_info import DeviceInfo
 from plugin_api.errors import FallbackRefused
 from plugin_api.machines import MACHINES
 from plugin_api.ops import gemm
@@ -23,7 +23,8 @@ from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
 from plugin_api_cpu_arm_acl.build import extension
 from plugin_api_cpu_arm_acl.gemm import CODES, OneDnnGemm
-from plugin_api_cpu_arm_acl.isa import bf16_matmul, int8_matmul_exact, int8_panel_exact
+from plugin_api_cpu_arm_acl.isa import int8_matmul_exact, int8_panel_exact
+from plugin_api_cpu_arm_acl.kernel_probe import onednn_bf16, onednn_serves
 from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
 from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
@@ -60,15 +61,16 @@ def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype, dict[str
     }
     int8 = {"a_dtype": dict(wdt=S8), "b_dtype": dict(wdt=S8), "scaled": dict(wdt=S8)}
     if impl_name == "panel":
-        if bf16_matmul(host):
+        if onednn_bf16(host):
             return F16, common | {"c_dtype": dict(odt=F16), "bias_dtype": dict(bias=F16)}
         exact_int8 = int8 if int8_panel_exact(host) and not int8_matmul_exact(host) else {}
         return BF16, common | exact_int8 | {
             "c_dtype": dict(odt=BF16),
             "bias_dtype": dict(bias=BF16),
         }
-    extra = {"bias_dtype": dict(bias=F32)} | (int8 if int8_matmul_exact(host) else {})
-    if bf16_matmul(host):
+    int8_here = int8_matmul_exact(host) and onednn_serves(host, "s8->f32")
+    extra = {"bias_dtype": dict(bias=F32)} | (int8 if int8_here else {})
+    if onednn_bf16(host):
         extra |= {"b_dtype": dict(wdt=BF16), "c_dtype": dict(wdt=BF16, odt=BF16)}
     return F32, common | extra
 
@@ -79,7 +81,7 @@ def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
     match the fp64 oracle. oneDNN runs strict: a primitive on its reference kernel (strided
     rows, say) fails the test. ``onednn-acl-form``: the form Arm uses (bias and weight scales in
     the torch epilogue), run here."""
-    host = read_device_info()
+    host = onednn_backend.info  # with the kernel facts: what oneDNN really serves here
     # no LM-head row padding: each call's own M keys its primitive (padding has its own test)
     policy = dataclasses.replace(LmHeadPolicy.default_for(platform.machine()), pad_m=1)
     if impl_name == "panel":
@@ -199,9 +201,10 @@ def test_lm_head_policy_picks_the_kernel_dst(m, n, expect):
     assert impl.kernel_dst(dataclasses.replace(spec, weight_dtype=F32, out_dtype=F32), m) == F32
 
 
-@pytest.mark.skipif(not bf16_matmul(read_device_info()), reason="no oneDNN bf16 kernel here")
 def test_lm_head_runs_few_rows_on_the_padded_kernel(onednn_backend):
     """M < pad_m LM-head rows run the pad_m-row primitive; results as the fp64 oracle."""
+    if not onednn_bf16(onednn_backend.info):
+        pytest.skip("no optimised oneDNN bf16 kernel here")
     impl = OneDnnGemm(threads=2, policy=LmHeadPolicy(enabled=False, pad_m=4))
     w = _rand(300, 512, seed=7, scale=0.05)
     for odt in (F32, BF16):
