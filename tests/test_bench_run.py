@@ -163,3 +163,14 @@ def test_json_records_the_lm_head_argmax_when_lm_head_cases_ran(tiny_run):
     d = data["lm_head_argmax"]
     assert d["rows"] == lm_head_argmax.ROWS_QUICK and 0 <= d["flips"] <= d["rows"]
     assert "LM-head argmax: bf16-out vs fp32-out ..." in progress
+
+
+def test_kernel_names_reach_every_active_recorder():
+    from plugin_api.ops.provenance import note_kernel, record_kernels
+
+    note_kernel("unrecorded")  # no recorder: nothing to do, no error
+    with record_kernels() as outer:
+        note_kernel("a")
+        with record_kernels() as inner:
+            note_kernel("b")
+    assert outer == ["a", "b"] and inner == ["b"]

@@ -68,6 +68,8 @@ def case_dict(r: CaseResult, ceilings: Ceilings) -> dict[str, Any]:
         {"impl": p.impl, "path": str(p.path), "backend": p.backend, "fallback": p.fallback}
         for p in r.provenance
     ]
+    if r.kernels:
+        d["kernels"] = list(r.kernels)
     d["time_s"] = stats_dict(r.stats)
     d["bytes_per_s"] = nbytes / t
     d["flops_per_s"] = flops / t
@@ -148,7 +150,8 @@ def _ratios(d: dict[str, Any]) -> str:
 
 def _impl(d: dict[str, Any]) -> str:
     names = [p["impl"] + (" (fallback)" if p["fallback"] else "") for p in d["provenance"]]
-    return ",".join(names) or "?"
+    kernels = f" [{','.join(d['kernels'])}]" if d.get("kernels") else ""
+    return (",".join(names) or "?") + kernels
 
 
 def progress_line(r: CaseResult, ceilings: Ceilings) -> str:

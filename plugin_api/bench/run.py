@@ -19,7 +19,7 @@ import torch
 
 from ..backend import Backend
 from ..errors import FallbackRefused, UnsupportedSpec
-from ..ops.provenance import Provenance, record_ops
+from ..ops.provenance import Provenance, record_kernels, record_ops
 from . import harness, lm_head_argmax, state_manager
 from .baselines import Baseline
 from .cases import Case, Family, select
@@ -56,6 +56,7 @@ class CaseResult:
     baselines: tuple[Timed, ...] = ()
     message: str = ""
     wall_s: float = 0.0  # setup and every call of the backend and its baselines
+    kernels: tuple[str, ...] = ()  # library kernels the implementations named (note_kernel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,7 @@ def run_case(
     t0 = time.perf_counter()
     try:
         wl = setup(case, ctx)
-        with record_ops() as calls:
+        with record_ops() as calls, record_kernels() as kernels:
             rest = first_call(wl.run, method, sync)
         stats = measure(wl.run, rest, sync=sync, evict=evict)
     except (UnsupportedSpec, FallbackRefused) as e:
@@ -136,7 +137,10 @@ def run_case(
     provenance = tuple(dict.fromkeys(calls))
     timed = time_baselines(wl.baselines, method, sync, evict)
     wall = time.perf_counter() - t0
-    return CaseResult(case, "ok", bound, mode, stats, provenance, timed, wall_s=wall)
+    return CaseResult(
+        case, "ok", bound, mode, stats, provenance, timed, wall_s=wall,
+        kernels=tuple(dict.fromkeys(kernels)),
+    )  # fmt: skip
 
 
 def run_bench(

@@ -51,3 +51,26 @@ def record_ops() -> Iterator[list[Provenance]]:
         yield calls
     finally:
         _recorders.reset(token)
+
+
+_kernel_recorders: contextvars.ContextVar[tuple[list[str], ...]] = contextvars.ContextVar(
+    "plugin_api_kernel_recorders", default=()
+)
+
+
+def note_kernel(name: str) -> None:
+    """An implementation names the library kernel a call ran (e.g. the oneDNN implementation a
+    primitive got), for whoever records (cheap when no one does)."""
+    for names in _kernel_recorders.get():
+        names.append(name)
+
+
+@contextlib.contextmanager
+def record_kernels() -> Iterator[list[str]]:
+    """Collect the kernel names implementations note (``note_kernel``) inside the block."""
+    names: list[str] = []
+    token = _kernel_recorders.set((*_kernel_recorders.get(), names))
+    try:
+        yield names
+    finally:
+        _kernel_recorders.reset(token)

@@ -35,6 +35,7 @@ from plugin_api.ops import checks
 from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
 from plugin_api.ops.primitive_cache import PrimitiveCache
+from plugin_api.ops.provenance import note_kernel
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import read_settings
 
@@ -76,6 +77,14 @@ class Call:
     epilogue_bias: torch.Tensor | None
 
 
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A cached primitive and the oneDNN implementation it got (``note_kernel`` per call)."""
+
+    prim: Any  # torch.classes.pa_cpu_onednn.Primitive
+    kernel: str
+
+
 class OneDnnGemm:
     name = "onednn"
     path = ImplPath.NATIVE
@@ -94,7 +103,7 @@ class OneDnnGemm:
         self.threads = threads
         self.form = form  # None: MatmulForm.for_machine where the kernels run
         self.strict = strict  # None: PLUGIN_API_STRICT, read when a primitive is built
-        self.cache: PrimitiveCache[GemmProblem, Any] = PrimitiveCache(cache_capacity)
+        self.cache: PrimitiveCache[GemmProblem, Built] = PrimitiveCache(cache_capacity)
         self._scratch = threading.local()
         self._warned: set[tuple[str, str]] = set()
 
@@ -268,8 +277,10 @@ class OneDnnGemm:
             torch.addcmul(call.epilogue_bias, acc, s, out=out)
 
     def _run(self, call: Call, payload: OneDnnWeight) -> None:
-        prim = self.cache.get_or_build(call.problem, lambda _: self._build(call.conf, payload))
+        built = self.cache.get_or_build(call.problem, lambda _: self._build(call.conf, payload))
+        prim = built.prim
         prim.run(payload.packed, call.src, call.bias, call.kernel_out, self.scratchpad(prim))
+        note_kernel(built.kernel)
 
     def scratchpad(self, prim: Any) -> torch.Tensor:
         """This thread's user-managed oneDNN scratchpad, grown to what ``prim`` needs."""
@@ -304,12 +315,12 @@ class OneDnnGemm:
             staged.copy_(t)
         return staged
 
-    def _build(self, conf: tuple[int, ...], payload: OneDnnWeight) -> Any:
+    def _build(self, conf: tuple[int, ...], payload: OneDnnWeight) -> Built:
         prim = extension().ops.matmul(list(conf), payload.packed)
         impl = str(prim.impl())
         if reference_kernel(impl, platform.machine()):
             self._reference_kernel(conf, impl)
-        return prim
+        return Built(prim, f"oneDNN {impl}")
 
     def _reference_kernel(self, conf: tuple[int, ...], impl: str) -> None:
         """oneDNN gave a problem its reference code: warned once per kind, an error when strict."""

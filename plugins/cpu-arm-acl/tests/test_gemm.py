@@ -4,6 +4,7 @@ ISA, visible fallbacks."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import platform
 import warnings
 
@@ -390,5 +391,36 @@ def test_strided_rows_run_optimised_kernels(onednn_backend, form: MatmulForm | N
         impl.mm(spec, x, payload, b, out)
         torch.testing.assert_close(out, x @ w.t() + b, atol=1e-4, rtol=1e-5)
     for problem in impl.cache.problems():
-        kernel = impl.cache.get_or_build(problem, lambda _: pytest.fail("not cached")).impl()
-        assert not reference_kernel(str(kernel), platform.machine()), (problem, kernel)
+        built = impl.cache.get_or_build(problem, lambda _: pytest.fail("not cached"))
+        assert built.kernel == f"oneDNN {built.prim.impl()}"
+        assert not reference_kernel(str(built.prim.impl()), platform.machine()), problem
+
+
+def test_the_bench_reports_the_onednn_kernel_each_case_ran(onednn_backend):
+    """``note_kernel``: a bench case served by the oneDNN GEMM names the oneDNN implementation
+    its primitive got, in the JSON and the progress line; other implementations name none."""
+    from plugin_api.bench import cases as C
+    from plugin_api.bench.ceilings import measure_ceilings
+    from plugin_api.bench.harness import Method, synchronizer
+    from plugin_api.bench.report import run_dict
+    from plugin_api.bench.run import run_bench
+
+    tiny = Method(warmup=0, target_s=1e-3, min_samples=2, max_samples=3, cap_s=1.0)
+    cpu = torch.device("cpu")
+    ceilings = measure_ceilings(cpu, 8 << 20, tiny, synchronizer(cpu), stop_after_s=1.0,
+                                sizes=(64, 128))  # fmt: skip
+    cases = (
+        C.GemmCase("tiny_head", 3, 64, 32, C.BF16, C.FP32, "lm_head"),
+        C.GemmCase("tiny_w8a8", 2, 48, 64, C.INT8, C.BF16),
+    )
+    progress = io.StringIO()
+    run = run_bench(onednn_backend, C.FAMILIES, quick=True, cases=cases, method=tiny,
+                    ceilings=ceilings, progress=progress)  # fmt: skip
+    for d in run_dict(run)["cases"]:
+        assert d["status"] == "ok", d
+        if any(p["impl"] == "onednn" for p in d["provenance"]):
+            assert d["kernels"] and all(k.startswith("oneDNN ") for k in d["kernels"]), d
+            assert not any(reference_kernel(k[7:], platform.machine()) for k in d["kernels"])
+            assert f"[{d['kernels'][0]}" in progress.getvalue()
+        else:
+            assert "kernels" not in d, d
