@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .decision import ImplPath
 
@@ -26,6 +27,8 @@ class Provenance:
         return f"{self.family}: {self.impl} [{self.path}]{fb}"
 
 
+T = TypeVar("T")
+
 _recorders: contextvars.ContextVar[tuple[list[Provenance], ...]] = contextvars.ContextVar(
     "plugin_api_recorders", default=()
 )
@@ -37,20 +40,14 @@ def note(p: Provenance) -> None:
         calls.append(p)
 
 
-@contextlib.contextmanager
-def record_ops() -> Iterator[list[Provenance]]:
+def record_ops() -> contextlib.AbstractContextManager[list[Provenance]]:
     """Collect the provenance of every op call made inside the block.
 
     >>> with record_ops() as calls:
     ...     per_token_group_quant(x, 128)
     >>> calls[0].path
     """
-    calls: list[Provenance] = []
-    token = _recorders.set((*_recorders.get(), calls))
-    try:
-        yield calls
-    finally:
-        _recorders.reset(token)
+    return _recording(_recorders)
 
 
 _kernel_recorders: contextvars.ContextVar[tuple[list[str], ...]] = contextvars.ContextVar(
@@ -65,12 +62,17 @@ def note_kernel(name: str) -> None:
         names.append(name)
 
 
-@contextlib.contextmanager
-def record_kernels() -> Iterator[list[str]]:
+def record_kernels() -> contextlib.AbstractContextManager[list[str]]:
     """Collect the kernel names implementations note (``note_kernel``) inside the block."""
-    names: list[str] = []
-    token = _kernel_recorders.set((*_kernel_recorders.get(), names))
+    return _recording(_kernel_recorders)
+
+
+@contextlib.contextmanager
+def _recording(recorders: contextvars.ContextVar[tuple[list[T], ...]]) -> Iterator[list[T]]:
+    """A new list on ``recorders`` for the block (nested blocks each get every item)."""
+    items: list[T] = []
+    token = recorders.set((*recorders.get(), items))
     try:
-        yield names
+        yield items
     finally:
-        _kernel_recorders.reset(token)
+        recorders.reset(token)
