@@ -101,6 +101,8 @@ class OneDnnGemm:
         if threads is not None:
             checks.positive_int("OneDnnGemm", "threads", threads)
         self.threads = threads
+        if form is not None and not isinstance(form, MatmulForm):
+            raise TypeError(f"OneDnnGemm: form must be a MatmulForm or None, got {form!r}")
         self.form = form  # None: MatmulForm.for_machine where the kernels run
         self.strict = strict  # None: PLUGIN_API_STRICT, read when a primitive is built
         self.cache: PrimitiveCache[GemmProblem, Built] = PrimitiveCache(cache_capacity)

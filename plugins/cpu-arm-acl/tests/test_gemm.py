@@ -314,6 +314,11 @@ def test_unsupported_ops_fall_back_visibly(onednn_backend):
         strict.resolve(OpFamily.ATTENTION, spec)
 
 
+def test_a_form_that_is_not_a_matmul_form_is_an_error():
+    with pytest.raises(TypeError, match="OneDnnGemm: form must be a MatmulForm or None, got 'acl'"):
+        OneDnnGemm(form="acl")  # type: ignore[arg-type]
+
+
 def test_bad_thread_count_is_an_error():
     with pytest.raises(ValueError, match="threads=0 must be >= 1"):
         OneDnnGemm(threads=0)
@@ -416,7 +421,10 @@ def test_the_bench_reports_the_onednn_kernel_each_case_ran(onednn_backend):
     progress = io.StringIO()
     run = run_bench(onednn_backend, C.FAMILIES, quick=True, cases=cases, method=tiny,
                     ceilings=ceilings, progress=progress)  # fmt: skip
-    for d in run_dict(run)["cases"]:
+    results = run_dict(run)["cases"]
+    if not any(p["impl"] == "onednn" for d in results for p in d.get("provenance", ())):
+        pytest.skip("the oneDNN GEMM serves none of these cases here (bf16 and int8 on panels)")
+    for d in results:
         assert d["status"] == "ok", d
         if any(p["impl"] == "onednn" for p in d["provenance"]):
             assert d["kernels"] and all(k.startswith("oneDNN ") for k in d["kernels"]), d
