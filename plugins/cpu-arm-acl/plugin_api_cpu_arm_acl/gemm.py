@@ -132,11 +132,11 @@ class OneDnnGemm:
                 f"oneDNN s8 x s8 -> f32 matmul with per-channel weight scales {where}; "
                 "per-token scale and bias in one torch epilogue"
             )
-        form = "bias " + ("in the primitive" if form.bias else "added to the fp32 dst by torch")
+        bias = "bias " + ("in the primitive" if form.bias else "added to the fp32 dst by torch")
         if spec.weight_dtype == F32:
             if not onednn_serves(info, "f32->f32"):
                 return Decision.reject(f"fp32: {why_not(info, 'f32->f32')}")
-            return Decision.accept("oneDNN f32 matmul", form)
+            return Decision.accept("oneDNN f32 matmul", bias)
         if not bf16_matmul(info):
             return Decision.reject(
                 f"bf16: {isa_name(info)} has no oneDNN bf16 matmul (every implementation reports "
@@ -150,9 +150,9 @@ class OneDnnGemm:
         policy = f"LmHeadPolicy: {self.policy_for(info.machine).describe()} ({source})"
         if spec.out_dtype == F32:
             return Decision.accept(
-                "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", form, policy
+                "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", bias, policy
             )
-        return Decision.accept("oneDNN bf16 x bf16 matmul", form, policy)
+        return Decision.accept("oneDNN bf16 x bf16 matmul", bias, policy)
 
     def kernel_dst(self, spec: GemmSpec, m: int) -> torch.dtype:
         """The primitive's dst type for ``m`` rows; bf16 out with an f32 dst is one downcast."""

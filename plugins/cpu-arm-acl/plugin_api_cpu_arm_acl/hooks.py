@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
@@ -15,14 +16,13 @@ from .probe import probe
 
 @hookimpl
 def plugin_api_machine_facts() -> Mapping[str, str]:
-    root = settings.read().root
-    found = locate.facts(root)
-    if locate.FACT_VERSION in found:  # and which kernels oneDNN picks (a few ms; no compiling)
+    found = locate.facts(settings.read().root)
+    if locate.FACT_LIBRARY in found:  # and which kernels oneDNN picks (a few ms; no compiling)
         from . import kernel_probe
         from .matmul_form import MatmulForm
 
         form = MatmulForm.for_machine(platform.machine())
-        found |= kernel_probe.facts(locate.locate(root).library, form)
+        found |= kernel_probe.facts(Path(found[locate.FACT_LIBRARY]), form)
     return found
 
 

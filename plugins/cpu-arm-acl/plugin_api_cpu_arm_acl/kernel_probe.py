@@ -70,6 +70,7 @@ KIND_NAMES = tuple(k.name for k in kinds(MatmulForm()))
 def probe_kernels(library: Path, form: MatmulForm) -> dict[str, str]:
     """``{kind name: oneDNN implementation name or NO_KERNEL}`` for the library at ``library``."""
     lib = ctypes.CDLL(str(library))
+    lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p  # a pointer, not an int
     engine = ctypes.c_void_p()
     _check(lib, "dnnl_engine_create", ctypes.byref(engine), ENGINE_CPU, ctypes.c_size_t(0))
     try:
@@ -154,7 +155,6 @@ def _impl(lib: ctypes.CDLL, engine: ctypes.c_void_p, kind: Kind) -> str:
         return md
 
     attr, packing, pd = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
     try:
         _check(lib, "dnnl_primitive_attr_create", ctypes.byref(attr))
         _check(lib, "dnnl_primitive_attr_set_scratchpad_mode", attr, SCRATCHPAD_USER)

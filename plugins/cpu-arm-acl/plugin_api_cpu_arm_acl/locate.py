@@ -24,6 +24,7 @@ FACT_VERSION = "cpu-arm-acl.onednn_version"
 FACT_ACL = "cpu-arm-acl.onednn_acl"
 FACT_ROOT = "cpu-arm-acl.onednn_root"
 FACT_MISSING = "cpu-arm-acl.onednn_missing"
+FACT_LIBRARY = "cpu-arm-acl.onednn_library"
 
 
 class OneDnnNotFound(PluginApiError):
@@ -76,6 +77,7 @@ def facts(root: str | None) -> dict[str, str]:
         FACT_VERSION: found.version,
         FACT_ACL: "yes" if found.acl else "no",
         FACT_ROOT: str(found.lib_dir.parent),
+        FACT_LIBRARY: str(found.library),
     }
 
 
