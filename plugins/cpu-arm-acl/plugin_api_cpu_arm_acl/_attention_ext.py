@@ -114,7 +114,7 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
         [_PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR]
         + [_I64] * 4
         + [_F64] * 3
-        + [_I64, _I64, _F64, _I64],
+        + [_I64, _I64, _F64, _I64, _I64],
     ),
     "pa_attn_write_kv": (
         _I64,

@@ -10,13 +10,13 @@ from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
 from plugin_api.hookspecs import hookimpl
 
-from . import locate, settings
+from . import cpu_family, locate, settings
 from .probe import probe
 
 
 @hookimpl
 def plugin_api_machine_facts() -> Mapping[str, str]:
-    found = locate.facts(settings.read().root)
+    found = locate.facts(settings.read().root) | cpu_family.facts()
     if locate.FACT_LIBRARY in found:  # and which kernels oneDNN picks (a few ms; no compiling)
         from . import kernel_probe
         from .matmul_form import MatmulForm
@@ -37,7 +37,7 @@ def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
     if family is OpFamily.ATTENTION:
         from .attention import CpuPagedAttention
 
-        return (CpuPagedAttention(matrix=s.attention_matrix),)
+        return (CpuPagedAttention(matrix=s.attention_matrix, prefetch=s.attention_prefetch),)
     if family is OpFamily.GEMM:
         from .gemm import OneDnnGemm
         from .panel_gemm import PanelGemm

@@ -10,6 +10,8 @@
   tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
   kernels). ``auto``: where the CPU has AMX; ``on`` also elsewhere (torch's gemm runs them, 1.3x
   the vector kernels' time on the Zen 3: it exists to test that path anywhere).
+- ``PLUGIN_API_ONEDNN_ATTENTION_PREFETCH``: ``auto`` (default), ``l1`` or ``l2``: the cache level
+  the decode kernels prefetch a request's next KV block into (``attention.prefetch_target``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ THREADS = "PLUGIN_API_ONEDNN_THREADS"
 LM_HEAD = "PLUGIN_API_ONEDNN_LM_HEAD"
 PANEL = "PLUGIN_API_ONEDNN_PANEL"
 ATTENTION_MATRIX = "PLUGIN_API_ONEDNN_ATTENTION_MATRIX"
-NAMES = (ROOT, THREADS, LM_HEAD, PANEL, ATTENTION_MATRIX)
+ATTENTION_PREFETCH = "PLUGIN_API_ONEDNN_ATTENTION_PREFETCH"
+NAMES = (ROOT, THREADS, LM_HEAD, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
 MATRIX_MODES = ("auto", "on", "off")
+PREFETCH_MODES = ("auto", "l1", "l2")
 P = TypeVar("P")
 PANEL_ISAS = ("auto", "avx2", "generic")
 
@@ -173,6 +177,7 @@ class PluginSettings:
     lm_head: LmHeadPolicy | None = None  # None: LmHeadPolicy.default_for the machine
     panel: PanelPolicy = PanelPolicy()
     attention_matrix: str = "auto"  # one of MATRIX_MODES
+    attention_prefetch: str = "auto"  # one of PREFETCH_MODES
 
 
 def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
@@ -188,9 +193,13 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
         threads = int(raw)
     policy = LmHeadPolicy.parse(env[LM_HEAD]) if LM_HEAD in env else None
     panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else PanelPolicy()
-    matrix = env.get(ATTENTION_MATRIX, "auto").strip()
-    if matrix not in MATRIX_MODES:
-        raise SettingError(
-            f"{ATTENTION_MATRIX}={env[ATTENTION_MATRIX]!r} must be one of {', '.join(MATRIX_MODES)}"
-        )
-    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix)
+    matrix = _mode(env, ATTENTION_MATRIX, MATRIX_MODES)
+    prefetch = _mode(env, ATTENTION_PREFETCH, PREFETCH_MODES)
+    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix, prefetch)
+
+
+def _mode(env: Mapping[str, str], name: str, modes: tuple[str, ...]) -> str:
+    value = env.get(name, "auto").strip()
+    if value not in modes:
+        raise SettingError(f"{name}={env[name]!r} must be one of {', '.join(modes)}")
+    return value

@@ -22,8 +22,9 @@ from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8, Attention, AttentionSpec
 from plugin_api.ops.graphs import GraphLevel
 from plugin_api_cpu_arm_acl import _attention_ext as ext
-from plugin_api_cpu_arm_acl.attention import CpuPagedAttention, matrix_path
-from plugin_api_cpu_arm_acl.settings import ATTENTION_MATRIX
+from plugin_api_cpu_arm_acl import cpu_family
+from plugin_api_cpu_arm_acl.attention import CpuPagedAttention, matrix_path, prefetch_target
+from plugin_api_cpu_arm_acl.settings import ATTENTION_MATRIX, ATTENTION_PREFETCH
 
 IMPL = CpuPagedAttention()
 SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
@@ -371,3 +372,69 @@ def test_nan_past_the_end_of_sequences_stays_out(monkeypatch, threads, mode):
     out = torch.empty_like(case.query)
     attn.run(case.query, None, None, case.cache, attn.plan(case.batch), out=out)
     torch.testing.assert_close(out.float(), case.expected(), **TOLERANCE[spec.dtype])
+
+
+ZEN5_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+NEOVERSE_CPUINFO = (
+    "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
+)
+
+
+def test_cpu_family_is_read_from_cpuinfo():
+    assert cpu_family.read(ZEN5_CPUINFO) == "AuthenticAMD 26"
+    assert cpu_family.read(NEOVERSE_CPUINFO) is None
+    assert cpu_family.parse("AuthenticAMD 26") == ("AuthenticAMD", 26)
+    assert cpu_family.parse("GenuineIntel 6") == ("GenuineIntel", 6)
+    for bad in (None, "", "AuthenticAMD", "AuthenticAMD x"):
+        assert cpu_family.parse(bad) is None
+
+
+def _with_family(family: str | None) -> DeviceInfo:
+    return THIS_BOX.with_facts({cpu_family.FACT: family} if family else {})
+
+
+@pytest.mark.parametrize(
+    "family,mode,l1,says",
+    [
+        ("AuthenticAMD 26", "auto", True, "into L1 (AuthenticAMD family 26: measured faster)"),
+        ("AuthenticAMD 25", "auto", False, "into L2 (AuthenticAMD family 25)"),
+        ("GenuineIntel 6", "auto", False, "into L2 (GenuineIntel family 6)"),
+        (None, "auto", False, "into L2 (CPU family unknown)"),
+        ("AuthenticAMD 26", "l2", False, f"into L2 ({ATTENTION_PREFETCH}=l2)"),
+        ("AuthenticAMD 25", "l1", True, f"into L1 ({ATTENTION_PREFETCH}=l1)"),
+    ],
+)
+def test_prefetch_target_by_cpu_family(family, mode, l1, says):
+    """Where the decode kernels prefetch the next KV block: L1 only where it was measured faster
+    (AMD family 26, the Zen 5), L2 elsewhere; the setting overrides; doctor's line says which."""
+    target = prefetch_target(_with_family(family), mode)
+    assert target.l1 is l1
+    assert says in target.reason
+    decision = CpuPagedAttention(prefetch=mode).supports(SPEC, _with_family(family))
+    assert says in decision.reasons[0]
+
+
+def test_prefetch_mode_is_checked():
+    with pytest.raises(ValueError, match="prefetch='L3'"):
+        CpuPagedAttention(prefetch="L3")
+    with pytest.raises(ValueError, match="prefetch mode 'L3'"):
+        prefetch_target(THIS_BOX, "L3")
+
+
+@native
+def test_prefetch_target_changes_no_result(monkeypatch, threads):
+    """Either prefetch target gives bit-identical outputs (they are hints), the reference's
+    within tolerance: a split long decode, a windowed one and a spec-decode row group."""
+    spec = spec_of(num_speculative_tokens=2, sliding_window=300, kv_sharing=True)
+    case = make_case(spec, [1, 3, 1], [2100, 77, 1300], num_decodes=3, device="cpu", seed=3)
+    outs = []
+    for mode in ("l1", "l2"):
+        monkeypatch.setenv(ATTENTION_PREFETCH, mode)
+        attn = Attention(spec, backend_for("cpu-arm-acl"))
+        plan = attn.plan(case.batch)
+        assert plan.impl_plan.ahead_l1 is (mode == "l1")
+        out = torch.empty_like(case.query)
+        attn.run(case.query, None, None, case.cache, plan, out=out)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[0].float(), case.expected(), **TOLERANCE[spec.dtype])

@@ -121,9 +121,16 @@ def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
     assert "PanelPolicy: isa=auto, kc=128, mc=64 (PLUGIN_API_ONEDNN_PANEL)" in reasons[-1]
 
 
-def test_attention_matrix_modes():
-    assert settings.read({}).attention_matrix == "auto"
-    assert settings.read({settings.ATTENTION_MATRIX: " off "}).attention_matrix == "off"
-    for bad in ("yes", "1", "AMX"):
-        with pytest.raises(SettingError, match=f"{settings.ATTENTION_MATRIX}='{bad}' must be one"):
-            settings.read({settings.ATTENTION_MATRIX: bad})
+@pytest.mark.parametrize(
+    "name,field,given,bads",
+    [
+        (settings.ATTENTION_MATRIX, "attention_matrix", " off ", ("yes", "1", "AMX")),
+        (settings.ATTENTION_PREFETCH, "attention_prefetch", "l1 ", ("L1", "l3", "on")),
+    ],
+)
+def test_attention_modes(name, field, given, bads):
+    assert getattr(settings.read({}), field) == "auto"
+    assert getattr(settings.read({name: given}), field) == given.strip()
+    for bad in bads:
+        with pytest.raises(SettingError, match=f"{name}='{bad}' must be one"):
+            settings.read({name: bad})

@@ -243,6 +243,7 @@ struct Step {
   const int32_t* block_table;
   int64_t bt_stride;
   const int32_t* seq_lens;
+  bool ahead_l1;  // the dot layout prefetches the next block into L1, not L2 (see prefetch)
 };
 
 // Where an item's K and V rows are: block b's K of the item's first KV head; head i of the item
@@ -270,10 +271,11 @@ inline void run_ranges(Scratch& w, int R, int64_t kc, int64_t j0, int64_t j1) {
 // of the run, one softmax pass per row, then P.V with the accumulators in registers across the
 // run's blocks (per 16-key block instead, each row paid its max/exp/sum reductions and a reload
 // of its accumulator every 16 keys). Rows of KV head i of the item: [i * Rh, (i + 1) * Rh).
-// bf16_dot: w.q holds the rows as bf16, unscaled (kDotBf16).
+// kBf16Dot: w.q holds the rows as bf16, unscaled, and the run's scores are S^T [key][Rp] (see
+// attention_kernels.h); min_hi/max_lo as attend_rows'.
 template <bool kBf16Dot, typename KT>
 void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w, int R,
-                int64_t first, int64_t last) {
+                int64_t Rp, int64_t first, int64_t last, float min_hi, float max_lo) {
   const Geometry& g = st.g;
   const int64_t D = g.dim, bs = g.block, heads = item[kHeads];
   const int Rh = R / static_cast<int>(heads);
@@ -302,32 +304,44 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
         const KT* kh = kp + h * kv.head;
         vb[h][i] = kh + kv.kv;
         const KT* next_k = next ? next + h * kv.head : nullptr;
-        qk_dot(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k);
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+        if constexpr (kBf16Dot)
+          qk_bf16(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + off * Rp + h * Rh, Rp, next_k,
+                  st.ahead_l1);
+        else
+#endif
+          qk_dot(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + h * Rh * lds + off, lds, next_k,
+                 st.ahead_l1);
       }
       kp = next;
     }
-    run_ranges(w, R, kc, cj0, cj1);
-    softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), kBf16Dot ? st.scale : 1.f,
-                st.mk.soft_cap, w.m, w.l, w.alpha);
     // head h's V rows of the next run, prefetched during head h's P.V
     const int64_t n_end = std::min(last + 1, c_end + run);
     auto next_v = [&](int64_t h) {
       LineQueue ahead;
+      ahead.l1 = st.ahead_l1;
       for (int64_t b = c_end; b < n_end; ++b)
         ahead.add(kv.k(b) + h * kv.head + kv.kv, bs * D * static_cast<int64_t>(sizeof(KT)));
       return ahead;
     };
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
     if constexpr (kBf16Dot) {
-      round_probs(w.s, lds, R, cj0, cj1, w.pb, lds);
+      const bool full = max_lo <= kc + cj0 && min_hi >= kc + cj1;
+      softmax_rows(w.s, Rp, cj0, cj1, static_cast<float>(kc), w.lo, w.hi, full, st.scale,
+                   st.mk.soft_cap, w.m, w.l, w.alpha);
+      auto* pp = reinterpret_cast<uint32_t*>(w.pb);
+      pair_probs(w.s, Rp, cj0, cj1, pp, Rp);
       for (int64_t h = 0; h < heads; ++h) {
         LineQueue ahead = next_v(h);
-        pv(Rh, w.pb + h * Rh * lds, lds, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
+        pv(Rh, pp + h * Rh, Rp, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
            w.alpha + h * Rh, w.acc + h * Rh * D, ahead);
       }
       continue;
     }
 #endif
+    run_ranges(w, R, kc, cj0, cj1);
+    softmax_dot(w.s, lds, R, cj0, cj1, w.a.data(), w.b.data(), 1.f, st.mk.soft_cap, w.m, w.l,
+                w.alpha);
     for (int64_t h = 0; h < heads; ++h) {
       LineQueue ahead = next_v(h);
       pv(Rh, w.s + h * Rh * lds, lds, 1, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
@@ -368,8 +382,8 @@ void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, 
     }
     qk_rows(w.kf, w.q, D, Rp, static_cast<int>(bs), w.s);
     const bool full = max_lo <= kb + j0 && min_hi >= kb + j1;
-    softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, st.mk.soft_cap,
-                 w.m, w.l, w.alpha);
+    softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, 1.f,
+                 st.mk.soft_cap, w.m, w.l, w.alpha);
     LineQueue none;  // the next block's V went out with its K above
     pv(R, w.s, 1, Rp, VRows<float>{&vf, static_cast<int>(bs)}, D, j0, j1, w.alpha, w.acc, none);
   }
@@ -512,7 +526,7 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, La
   if (layout == Layout::kRows)
     attend_rows(st, item, kv, w, R, Rp, first, last, min_hi, max_lo);
   else
-    attend_dot<kBf16Dot>(st, item, kv, w, R, first, last);
+    attend_dot<kBf16Dot>(st, item, kv, w, R, Rp, first, last, min_hi, max_lo);
 }
 
 // Query rows of an item, scaled, as fp32: dot layout [R][D], rows layout Q^T [D][Rp].
@@ -614,9 +628,11 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
       const Layout layout = !rows_layout                     ? Layout::kDot
                             : matrix && kMatrixTypes ? Layout::kMatrix
                                                              : Layout::kRows;
-      const int64_t Rp = layout == Layout::kRows ? (R + kV - 1) / kV * kV : R;
-      w.reserve(Rp, D, st.g.block);
       constexpr bool kBf16Dot = kDotBf16<KT, QT>;
+      // the rows layout and kBf16Dot's S^T take whole vectors of rows
+      const bool padded = layout == Layout::kRows || (kBf16Dot && layout == Layout::kDot);
+      const int64_t Rp = padded ? (R + kV - 1) / kV * kV : R;
+      w.reserve(Rp, D, st.g.block);
       if (layout == Layout::kMatrix) {  // the rows as given: bf16, unscaled
         load_queries(st, item, query, w, false, Rp, false, true);
         brgemm_used = true;
@@ -775,7 +791,8 @@ PA_EXPORT void pa_attn_plan(const int32_t* qsl, const int32_t* lens, int64_t S, 
 
 // query/out [T, H, D] contiguous (model dtype), cache [nb, 2, KH, bs, D] (cache dtype),
 // block_table int32 [S, bt_stride], sinks fp32 [H] or null. matrix != 0: items of 16 or more rows
-// per KV head take the matrix layout (bf16 query and cache). Returns 0, -1 on a bad dtype code,
+// per KV head take the matrix layout (bf16 query and cache). ahead_l1 != 0: the dot layout's
+// prefetches of the next block go to L1 (Step::ahead_l1). Returns 0, -1 on a bad dtype code,
 // or -2 when a torch call raised (pa_attn_last_error says what; out is then incomplete).
 PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t model_dtype,
                                   int64_t cache_dtype, const int32_t* block_table,
@@ -785,13 +802,14 @@ PA_EXPORT int64_t pa_attn_forward(const void* query, const void* cache, int64_t 
                                   void* out, int64_t heads, int64_t kv_heads, int64_t dim,
                                   int64_t block, double scale, double k_scale, double v_scale,
                                   int64_t causal, int64_t window, double soft_cap,
-                                  int64_t matrix) {
+                                  int64_t matrix, int64_t ahead_l1) {
   const Step st{{heads, kv_heads, heads / kv_heads, dim, block},
                 {causal != 0, window, static_cast<float>(soft_cap)},
                 static_cast<float>(scale * k_scale),
                 block_table,
                 bt_stride,
-                seq_lens};
+                seq_lens,
+                ahead_l1 != 0};
   const Buffers bufs{partial_acc, partial_ml, sinks, static_cast<float>(v_scale)};
   const bool vnni = matrix != 0 && at::native::cpublas::could_pack(at::kBFloat16);
   bool ok = false;

@@ -82,34 +82,6 @@ PA_TILE void qk_dot_tile(const float* q, const KT* k, int64_t D, int j, float* s
   store_scores<MR, NT>(acc, j, s, lds);
 }
 
-#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
-// qk_dot_tile for bf16 q (natural order, unscaled) and bf16 K: see kDotBf16.
-template <int MR, int NT>
-PA_TILE void qk_dot_tile(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j,
-                         float* s, int64_t lds) {
-  Vec acc[MR][NT];
-  PA_UNROLL
-  for (int r = 0; r < MR; ++r)
-    PA_UNROLL
-    for (int t = 0; t < NT; ++t) acc[r][t] = Vec(0.f);
-  auto step = [&](int64_t d, __mmask32 lanes) PA_TILE_LAMBDA {
-    __m512bh kv[NT];
-    PA_UNROLL
-    for (int t = 0; t < NT; ++t)
-      kv[t] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, k + (j + t) * D + d));
-    PA_UNROLL
-    for (int r = 0; r < MR; ++r) {
-      const auto qv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, q + r * D + d));
-      PA_UNROLL
-      for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], qv, kv[t]);
-    }
-  };
-  int64_t d = 0;
-  for (; d + 32 <= D; d += 32) step(d, ~__mmask32{0});
-  if (d < D) step(d, (__mmask32{1} << (D - d)) - 1);  // 16 left: zero pairs add nothing
-  store_scores<MR, NT>(acc, j, s, lds);
-}
-#endif
 
 // Rows [j, j + n) of the next block's K and V (null when there is none), spread over the
 // current block's tiles so that the requests never pile up.
@@ -122,14 +94,14 @@ inline void prefetch_rows(const KT* next_k, const KT* next_v, int j, int n, int6
 
 template <int MR, typename QT, typename KT>
 inline void qk_dot_rows(const QT* q, const KT* k, int64_t D, int j0, int j1, float* s,
-                        int64_t lds, const KT* next_k) {
+                        int64_t lds, const KT* next_k, bool l1) {
   // enough independent accumulators to keep both FMA pipes busy, few enough not to spill
   // (AVX2 has 16 vector registers: MR * NT accumulators + NT loads + 1)
   constexpr int NT = MR >= 3 ? 2 : 4;
   constexpr int64_t elt = sizeof(KT);
   int j = j0;
   for (; j + NT <= j1; j += NT) {
-    if (next_k) prefetch(next_k + j * D, NT * D * elt);
+    if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
     // this block's K rows two tiles ahead, from L2 into L1, on AVX-512 builds: the cold decode
     // on the Zen 4 took 0.94-0.96x the time at batch 8-16 (1.03-1.09x for one thread with the
     // KV in cache); on the Zen 3 (AVX2) the same prefetches cost 1.03-1.04x at batch 1-16
@@ -138,25 +110,25 @@ inline void qk_dot_rows(const QT* q, const KT* k, int64_t D, int j0, int j1, flo
     qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
   }
   for (; j < j1; ++j) {
-    if (next_k) prefetch(next_k + j * D, D * elt);
+    if (next_k) prefetch(next_k + j * D, D * elt, l1);
     qk_dot_tile<MR, 1>(q, k, D, j, s, lds);
   }
 }
 
 // next_k: the next block's K rows to prefetch (null: none), read while the first row tile runs
-// (its V rows go out during P.V: LineQueue).
+// (its V rows go out during P.V: LineQueue); into L1 with l1 (see prefetch).
 template <typename QT, typename KT>
 inline void qk_dot(int R, const QT* q, const KT* k, int64_t D, int j0, int j1, float* s,
-                   int64_t lds, const KT* next_k) {
+                   int64_t lds, const KT* next_k, bool l1) {
   int r = 0;
   for (; r + 4 <= R; r += 4) {
-    qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k);
+    qk_dot_rows<4>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, l1);
     next_k = nullptr;
   }
   switch (R - r) {
-    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k); break;
-    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k); break;
-    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k); break;
+    case 3: qk_dot_rows<3>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, l1); break;
+    case 2: qk_dot_rows<2>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, l1); break;
+    case 1: qk_dot_rows<1>(q + r * D, k, D, j0, j1, s + r * lds, lds, next_k, l1); break;
     default: break;
   }
 }
@@ -247,8 +219,9 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
 
 // Rows layout: st [bs][Rp]; row r sees global keys [lo[r], hi[r]) (as fp32, exact below 2^24);
 // kb is the global key of local token 0. `full`: every row sees every token of [j0, j1).
+// zscale: as softmax_dot's.
 inline void softmax_rows(float* st, int64_t Rp, int j0, int j1, float kb, const float* lo,
-                         const float* hi, bool full, float cap, float* m, float* l,
+                         const float* hi, bool full, float zscale, float cap, float* m, float* l,
                          float* alpha) {
   const Vec neg_inf(kNegInf);
   for (int64_t r = 0; r < Rp; r += kV) {
@@ -256,6 +229,7 @@ inline void softmax_rows(float* st, int64_t Rp, int j0, int j1, float kb, const 
     Vec mx(kNegInf);
     for (int j = j0; j < j1; ++j) {
       Vec z = Vec::loadu(st + j * Rp + r);
+      if (zscale != 1.f) z = z * Vec(zscale);
       if (cap > 0.f) z = soft_cap(z, cap);
       if (!full) {
         const Vec key(kb + static_cast<float>(j));
@@ -298,6 +272,7 @@ constexpr int kMaxRunBlocks = 8;
 // next block's K in the score loop instead, they all went out before the softmax and the memory
 // sat idle during P.V: on the Zen 4, cold, the same decode without its P.V took 0.77x the time.)
 struct LineQueue {
+  bool l1 = false;  // into L1 rather than L2 (see prefetch)
   const char* chunk[kMaxRunBlocks] = {};
   int chunks = 0;
   int64_t chunk_bytes = 0;
@@ -318,12 +293,15 @@ struct LineQueue {
   inline void pop() {
     if (at == chunks) return;
     const int64_t n = std::min<int64_t>(per_step * int64_t{64}, chunk_bytes - off);
-    for (int64_t o = 0; o < n; o += 64) __builtin_prefetch(chunk[at] + off + o, 0, 2);
+    if (l1)
+      for (int64_t o = 0; o < n; o += 64) __builtin_prefetch(chunk[at] + off + o, 0, 3);
+    else
+      for (int64_t o = 0; o < n; o += 64) __builtin_prefetch(chunk[at] + off + o, 0, 2);
     off += n;
     if (off >= chunk_bytes) off = 0, ++at;
   }
   void drain() {
-    for (; at < chunks; off = 0, ++at) prefetch(chunk[at] + off, chunk_bytes - off);
+    for (; at < chunks; off = 0, ++at) prefetch(chunk[at] + off, chunk_bytes - off, l1);
   }
 };
 
@@ -425,25 +403,125 @@ inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
-// ---- P.V with bf16 probabilities (the kDotBf16 path) -------------------------------------------
-// P rounded to bf16 (as the Triton kernels round p to the model dtype for their P.V dot), then two
-// keys a step by vdpbf16ps: one instruction does 16 lanes x 2 keys where the fp32 path widens V
-// and issues two FMAs. The accumulator keeps load_pair's pair order.
+// ---- the bf16 decode path (kDotBf16): transposed scores, paired bf16 probabilities -----------
+// Scores go to S^T [key][Rp] (Rp: rows padded to 16), so that the softmax runs down the keys over
+// 16 rows a vector (softmax_rows) instead of one row at a time with a horizontal max and sum per
+// row and run. P is then rounded to bf16 (as the Triton kernels round p to the model dtype for
+// their P.V dot) as key pairs: word [j / 2][r] holds (P[r][j], P[r][j + 1]), the broadcast
+// operand of vdpbf16ps, which does 16 lanes x 2 keys where fp32 would widen V and issue two FMAs.
+// (Row-wise, the softmax took a quarter of the decode's compute on the Zen 5 and storing the
+// score tiles' sums one float at a time another tenth.) The P.V accumulator keeps load_pair's
+// pair order.
 
-// pb[r * ldp + j] = s[r * lds + j] rounded to bf16 (nearest even), j in [j0, j1).
-inline void round_probs(const float* s, int64_t lds, int R, int j0, int j1, c10::BFloat16* pb,
-                        int64_t ldp) {
-  for (int r = 0; r < R; ++r) {
-    const float* z = s + r * lds;
-    int j = j0;
-    for (; j + 16 <= j1; j += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + r * ldp + j),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(z + j))));
-    if (j < j1) {
-      const __mmask16 lanes = (__mmask16{1} << (j1 - j)) - 1;
-      _mm256_mask_storeu_epi16(pb + r * ldp + j, lanes,
-                               reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
-                                   _mm512_maskz_loadu_ps(lanes, z + j))));
+// out lane 4 * L + h = the sum of the lanes of v[4 * h + L]: 16 reductions in 45 operations.
+PA_TILE __m512 reduce_add_16(const __m512 (&v)[16]) {
+  __m512 p[8];  // p[i]: [v[2i] folded to 8 lanes | v[2i + 1] folded]
+  PA_UNROLL
+  for (int i = 0; i < 8; ++i)
+    p[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  __m512 u[4];  // 128-bit lane L of u[h]: v[4h + L] folded to 4 lanes
+  PA_UNROLL
+  for (int h = 0; h < 4; ++h)
+    u[h] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * h], p[2 * h + 1], 0x88),
+                         _mm512_shuffle_f32x4(p[2 * h], p[2 * h + 1], 0xdd));
+  // per 128-bit lane: z01 = [u0 a, u1 a, u0 b, u1 b] with u0 = u0 a + u0 b (likewise z23)
+  const __m512 z01 = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 z23 = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  return _mm512_add_ps(_mm512_shuffle_ps(z01, z23, 0x44), _mm512_shuffle_ps(z01, z23, 0xee));
+}
+
+// S^T[j + t][r] = q_r . k_{j+t} for MR rows (bf16, natural order) and NT keys.
+template <int MR, int NT>
+PA_TILE void qk_bf16_tile(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j,
+                          float* st, int64_t ldt) {
+  __m512 acc[MR][NT];
+  PA_UNROLL
+  for (int r = 0; r < MR; ++r)
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  auto step = [&](int64_t d, __mmask32 lanes) PA_TILE_LAMBDA {
+    __m512bh kv[NT];
+    PA_UNROLL
+    for (int t = 0; t < NT; ++t)
+      kv[t] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, k + (j + t) * D + d));
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r) {
+      const auto qv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, q + r * D + d));
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], qv, kv[t]);
+    }
+  };
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) step(d, ~__mmask32{0});
+  if (d < D) step(d, (__mmask32{1} << (D - d)) - 1);  // 16 left: zero pairs add nothing
+  if constexpr (MR == 4 && NT == 4) {
+    __m512 flat[16];  // flat[4r + t]: lane 4t + r of the sums, so 128-bit lane t is key j + t
+    PA_UNROLL
+    for (int i = 0; i < 16; ++i) flat[i] = acc[i / 4][i % 4];
+    const __m512 sums = reduce_add_16(flat);
+    _mm_storeu_ps(st + j * ldt, _mm512_castps512_ps128(sums));
+    _mm_storeu_ps(st + (j + 1) * ldt, _mm512_extractf32x4_ps(sums, 1));
+    _mm_storeu_ps(st + (j + 2) * ldt, _mm512_extractf32x4_ps(sums, 2));
+    _mm_storeu_ps(st + (j + 3) * ldt, _mm512_extractf32x4_ps(sums, 3));
+  } else {
+    PA_UNROLL
+    for (int r = 0; r < MR; ++r)
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t) st[(j + t) * ldt + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+// Keys [j0, j1) of one block for R rows: q [R][D] bf16, k the block's rows; st points at row 0's
+// column of S^T (ldt apart per key). next_k, l1: as qk_dot's.
+template <int MR>
+inline void qk_bf16_rows(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j0,
+                         int j1, float* st, int64_t ldt, const c10::BFloat16* next_k, bool l1) {
+  constexpr int NT = 4;  // 4 x 4 accumulators: one 16-way reduction (MR = 4)
+  constexpr int64_t elt = sizeof(c10::BFloat16);
+  int j = j0;
+  for (; j + NT <= j1; j += NT) {
+    if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
+    if (j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);  // see qk_dot_rows
+    qk_bf16_tile<MR, NT>(q, k, D, j, st, ldt);
+  }
+  for (; j < j1; ++j) {
+    if (next_k) prefetch(next_k + j * D, D * elt, l1);
+    qk_bf16_tile<MR, 1>(q, k, D, j, st, ldt);
+  }
+}
+
+inline void qk_bf16(int R, const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j0,
+                    int j1, float* st, int64_t ldt, const c10::BFloat16* next_k, bool l1) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) {
+    qk_bf16_rows<4>(q + r * D, k, D, j0, j1, st + r, ldt, next_k, l1);
+    next_k = nullptr;
+  }
+  switch (R - r) {
+    case 3: qk_bf16_rows<3>(q + r * D, k, D, j0, j1, st + r, ldt, next_k, l1); break;
+    case 2: qk_bf16_rows<2>(q + r * D, k, D, j0, j1, st + r, ldt, next_k, l1); break;
+    case 1: qk_bf16_rows<1>(q + r * D, k, D, j0, j1, st + r, ldt, next_k, l1); break;
+    default: break;
+  }
+}
+
+// pp[j / 2][r] = (P[r][j], P[r][j + 1]) as bf16 (nearest even) for the key pairs of [0, n) that
+// meet [j0, j1), from P^T [n][Rp] fp32; keys outside [j0, j1) count as 0 (their P^T entries are
+// not probabilities). ldp: words per pair row (Rp).
+inline void pair_probs(const float* pt, int64_t Rp, int j0, int j1, uint32_t* pp, int64_t ldp) {
+  // word i of a pair row: bf16 element 2i from key j's row i, element 2i + 1 from key j + 1's
+  const __m512i interleave = _mm512_set_epi16(
+      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+      19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int j = j0 & ~1; j < j1; j += 2) {
+    const bool x = j >= j0, y = j + 1 < j1;
+    for (int64_t r = 0; r < Rp; r += 16) {
+      const __m512 a = x ? _mm512_loadu_ps(pt + j * Rp + r) : zero;
+      const __m512 b = y ? _mm512_loadu_ps(pt + (j + 1) * Rp + r) : zero;
+      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));  // a low, b high
+      _mm512_storeu_si512(pp + (j / 2) * ldp + r, _mm512_permutexvar_epi16(interleave, both));
     }
   }
 }
@@ -456,11 +534,11 @@ PA_TILE void pair_keys(__m512i x, __m512i y, __m512bh& even, __m512bh& odd) {
   odd = reinterpret_cast<__m512bh>(_mm512_mask_blend_epi16(kHigh, _mm512_srli_epi32(x, 16), y));
 }
 
-// pv_tile for bf16 P and V over NC chunks of 32 elements (2 * NC accumulators per row), or, with
-// NC == 0, one tail chunk of 16 elements in natural order. A lone key (step's y null) pairs with
-// zero in both P and V.
+// pv_tile for paired bf16 P (pair_probs' layout) and bf16 V over NC chunks of 32 elements
+// (2 * NC accumulators per row), or, with NC == 0, one tail chunk of 16 elements in natural
+// order. A key outside [j0, j1) (x or y null) enters as zero V (its P is zero too).
 template <int MR, int NC>
-PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> vr, int64_t D,
+PA_TILE void pv_tile_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> vr, int64_t D,
                           int j0, int j1, const float* alpha, float* acc, int64_t d,
                           LineQueue& ahead) {
   constexpr int NA = NC == 0 ? 1 : 2 * NC;
@@ -471,37 +549,34 @@ PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat
     __m512bh w[NA];
     if constexpr (NC == 0) {
       auto widen = [](const c10::BFloat16* r) {
-        return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+        return r ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)))
+                 : _mm512_setzero_si512();
       };
-      const __m512i lo = widen(x), hi = y ? widen(y) : _mm512_setzero_si512();
-      w[0] = reinterpret_cast<__m512bh>(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      w[0] = reinterpret_cast<__m512bh>(_mm512_or_si512(widen(x), _mm512_slli_epi32(widen(y), 16)));
     } else {
       PA_UNROLL
       for (int c = 0; c < NC; ++c) {
-        const __m512i xv = _mm512_loadu_si512(x + c * 32);
+        const __m512i xv = x ? _mm512_loadu_si512(x + c * 32) : _mm512_setzero_si512();
         const __m512i yv = y ? _mm512_loadu_si512(y + c * 32) : _mm512_setzero_si512();
         pair_keys(xv, yv, w[2 * c], w[2 * c + 1]);
       }
     }
+    const uint32_t* words = pp + (j / 2) * ldp;
     PA_UNROLL
     for (int r = 0; r < MR; ++r) {
-      uint32_t bits;
-      if (y) {
-        std::memcpy(&bits, p + r * prs + j, sizeof(bits));
-      } else {
-        uint16_t one;
-        std::memcpy(&one, p + r * prs + j, sizeof(one));
-        bits = one;
-      }
-      const auto pp = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(bits)));
+      const auto p = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(words[r])));
       PA_UNROLL
-      for (int x2 = 0; x2 < NA; ++x2) a[r][x2] = _mm512_dpbf16_ps(a[r][x2], pp, w[x2]);
+      for (int x2 = 0; x2 < NA; ++x2) a[r][x2] = _mm512_dpbf16_ps(a[r][x2], p, w[x2]);
     }
   };
   for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
     const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
     const c10::BFloat16* v = vr.vb[i] + d;
-    int j = jb;
+    int j = jb & ~1;  // pairs start at even keys (pair_probs'); blocks are a multiple of 16 keys
+    if (j < jb) {
+      step(nullptr, v + (j + 1 - base) * D, j);
+      j += 2;
+    }
     for (; j + 2 <= je; j += 2) step(v + (j - base) * D, v + (j + 1 - base) * D, j);
     if (j < je) step(v + (j - base) * D, nullptr, j);
     jb = je;
@@ -510,27 +585,28 @@ PA_TILE void pv_tile_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat
 }
 
 template <int MR>
-inline void pv_rows_bf16(const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> v, int64_t D,
+inline void pv_rows_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> v, int64_t D,
                          int j0, int j1, const float* alpha, float* acc, LineQueue& ahead) {
   // 2 * NC * MR accumulators + 2 * NC operands + 1 broadcast of AVX-512's 32 registers
   constexpr int NC = MR >= 3 ? 2 : 4;
   int64_t d = 0;
   for (; d + NC * 32 <= D; d += NC * 32)
-    pv_tile_bf16<MR, NC>(p, prs, v, D, j0, j1, alpha, acc, d, ahead);
-  for (; d + 32 <= D; d += 32) pv_tile_bf16<MR, 1>(p, prs, v, D, j0, j1, alpha, acc, d, ahead);
-  if (d < D) pv_tile_bf16<MR, 0>(p, prs, v, D, j0, j1, alpha, acc, d, ahead);  // D % 32 == 16
+    pv_tile_bf16<MR, NC>(pp, ldp, v, D, j0, j1, alpha, acc, d, ahead);
+  for (; d + 32 <= D; d += 32) pv_tile_bf16<MR, 1>(pp, ldp, v, D, j0, j1, alpha, acc, d, ahead);
+  if (d < D) pv_tile_bf16<MR, 0>(pp, ldp, v, D, j0, j1, alpha, acc, d, ahead);  // D % 32 == 16
 }
 
-inline void pv(int R, const c10::BFloat16* p, int64_t prs, VRows<c10::BFloat16> v, int64_t D,
-               int j0, int j1, const float* alpha, float* acc, LineQueue& ahead) {
-  ahead.spread((R + 3) / 4 * std::max<int64_t>(D / 64, 1) * ((j1 - j0 + 1) / 2));
+// R rows from pp's column 0 (pair_probs' layout, ldp words per pair row).
+inline void pv(int R, const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> v, int64_t D, int j0,
+               int j1, const float* alpha, float* acc, LineQueue& ahead) {
+  ahead.spread((R + 3) / 4 * std::max<int64_t>(D / 64, 1) * ((j1 - j0 + 2) / 2));
   int r = 0;
   for (; r + 4 <= R; r += 4)
-    pv_rows_bf16<4>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead);
+    pv_rows_bf16<4>(pp + r, ldp, v, D, j0, j1, alpha + r, acc + r * D, ahead);
   switch (R - r) {
-    case 3: pv_rows_bf16<3>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
-    case 2: pv_rows_bf16<2>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
-    case 1: pv_rows_bf16<1>(p + r * prs, prs, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 3: pv_rows_bf16<3>(pp + r, ldp, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 2: pv_rows_bf16<2>(pp + r, ldp, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 1: pv_rows_bf16<1>(pp + r, ldp, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
     default: break;
   }
   ahead.drain();
