@@ -104,9 +104,10 @@ inline void qk_dot_rows(const QT* q, const KT* k, int64_t D, int j0, int j1, flo
     if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
     // this block's K rows two tiles ahead, from L2 into L1, on AVX-512 builds: the cold decode
     // on the Zen 4 took 0.94-0.96x the time at batch 8-16 (1.03-1.09x for one thread with the
-    // KV in cache); on the Zen 3 (AVX2) the same prefetches cost 1.03-1.04x at batch 1-16
+    // KV in cache); on the Zen 3 (AVX2) the same prefetches cost 1.03-1.04x at batch 1-16.
+    // Not when the next block's prefetches go to L1 already (l1).
     if constexpr (kV >= 16)
-      if (j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);
+      if (!l1 && j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);
     qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
   }
   for (; j < j1; ++j) {
@@ -482,7 +483,8 @@ inline void qk_bf16_rows(const c10::BFloat16* q, const c10::BFloat16* k, int64_t
   int j = j0;
   for (; j + NT <= j1; j += NT) {
     if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
-    if (j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);  // see qk_dot_rows
+    // see qk_dot_rows (redundant when the next block came to L1: 0.96-0.97x the time without)
+    if (!l1 && j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);
     qk_bf16_tile<MR, NT>(q, k, D, j, st, ldt);
   }
   for (; j < j1; ++j) {
