@@ -31,6 +31,7 @@ SOURCES = (
     "panel_gemm.cpp",
     "panel_avx2.cpp",
     "panel_generic.cpp",
+    "gemv.cpp",
 )
 NAMESPACE = "pa_cpu_onednn"
 

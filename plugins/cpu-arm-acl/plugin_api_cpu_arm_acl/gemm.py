@@ -48,6 +48,7 @@ from .settings import LmHeadPolicy
 F32, BF16, S8 = torch.float32, torch.bfloat16, torch.int8
 CODES = {F32: 1, BF16: 2, S8: 3}  # pa_onednn::Dt in csrc/kernels.h
 PACK_M = 16  # the M whose primitive chooses the packed layout; other Ms reuse that layout
+GEMV_KERNEL = "bf16 GEMV (vdpbf16ps) on oneDNN's packed weights"  # csrc/gemv.cpp
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class OneDnnWeight:
     nbytes: int
     layout: str
     w_scale: torch.Tensor | None = None
+    gemv: bool = False  # the bf16 GEMV can read it (oneDNN's AVX-512 BF16 layout, this build)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +187,10 @@ class OneDnnGemm:
         conf = [PACK_M, spec.n, spec.k, spec.k, spec.n, *[CODES[compute]] * 2, CODES[F32], 0]
         conf += [int(scaled), self._threads()]
         scale = None if weight_scale is None else weight_scale.to(F32).contiguous()
-        packed = extension().ops.pack(weight.contiguous(), scale if scaled else None, conf)
-        return OneDnnWeight(packed, compute, int(packed.nbytes()), str(packed.layout()), scale)
+        ops = extension().ops
+        packed = ops.pack(weight.contiguous(), scale if scaled else None, conf)
+        layout, gemv = str(packed.layout()), bool(ops.gemv_layout(packed))
+        return OneDnnWeight(packed, compute, int(packed.nbytes()), layout, scale, gemv)
 
     def plan(
         self,
@@ -238,6 +242,10 @@ class OneDnnGemm:
         m = int(x.shape[0])
         if m == 0:
             return
+        if self._gemv(spec, payload, x, bias, out):
+            extension().ops.gemv(payload.packed, x, out, self._threads())
+            note_kernel(GEMV_KERNEL)
+            return
         pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
         if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
             xp = self._staging("pad-src", pad, spec.k, x.dtype)
@@ -252,6 +260,26 @@ class OneDnnGemm:
             torch.add(call.kernel_out, call.epilogue_bias, out=out)  # fp32 sum, rounded once
         elif call.kernel_out is not out:
             out.copy_(call.kernel_out)  # the one downcast (round to nearest even), or restride
+
+    def _gemv(
+        self,
+        spec: GemmSpec,
+        payload: OneDnnWeight,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> bool:
+        """Whether this call runs the bf16 GEMV (``LmHeadPolicy.gemv_m``)."""
+        return (
+            spec.usage == "lm_head"
+            and payload.gemv
+            and bias is None
+            and x.shape[0] <= self._host_policy().gemv_m
+            and x.dtype == BF16
+            and out.dtype in (F32, BF16)
+            and x.stride(1) == 1
+            and out.stride(1) == 1
+        )
 
     def scaled_mm(
         self,

@@ -34,6 +34,7 @@ ATTENTION_PREFETCH = "PLUGIN_API_ONEDNN_ATTENTION_PREFETCH"
 NAMES = (ROOT, THREADS, LM_HEAD, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
 MATRIX_MODES = ("auto", "on", "off")
 PREFETCH_MODES = ("auto", "l1", "l2")
+GEMV_MAX_M = 4  # rows the bf16 GEMV takes (gemv.cpp's kGemvMaxRows)
 P = TypeVar("P")
 PANEL_ISAS = ("auto", "avx2", "generic")
 
@@ -47,6 +48,9 @@ class LmHeadPolicy:
       comes from the f32-dst kernel (it is the accumulator).
     - An LM-head call with ``M < pad_m`` rows runs the ``pad_m``-row kernel on rows copied into
       a padded buffer, and its first M output rows are copied out (1: no padding).
+    - An LM-head call with ``M <= gemv_m`` rows (bf16 x, no bias) runs the plugin's bf16 GEMV
+      on oneDNN's packed weights instead, where oneDNN packed them in its AVX-512 BF16 layout
+      (``gemv.cpp``); 0: never. It comes before the padding.
 
     ``default_for`` gives each architecture its measured default.
     """
@@ -55,9 +59,12 @@ class LmHeadPolicy:
     min_m: int = 9
     enabled: bool = True
     pad_m: int = 1
+    gemv_m: int = 0
 
     def __post_init__(self) -> None:
-        _check_ints(self)
+        _check_ints(self, lowest={"gemv_m": 0})
+        if self.gemv_m > GEMV_MAX_M:
+            raise ValueError(f"LmHeadPolicy.gemv_m={self.gemv_m} must be at most {GEMV_MAX_M}")
 
     def f32_dst(self, m: int, n: int) -> bool:
         return self.enabled and n >= self.min_n and m >= self.min_m
@@ -69,9 +76,15 @@ class LmHeadPolicy:
             if self.enabled
             else "bf16 out always runs the bf16-dst kernel"
         )
-        if self.pad_m == 1:
-            return dst
-        return f"{dst}; M < {self.pad_m} runs the {self.pad_m}-row kernel on padded rows"
+        parts = [dst]
+        if self.gemv_m:
+            parts.append(
+                f"M <= {self.gemv_m} runs the bf16 GEMV on oneDNN's packed weights (where "
+                "they are in its AVX-512 BF16 layout)"
+            )
+        if self.pad_m != 1:
+            parts.append(f"M < {self.pad_m} runs the {self.pad_m}-row kernel on padded rows")
+        return "; ".join(parts)
 
     @classmethod
     def parse(cls, text: str) -> LmHeadPolicy:
@@ -94,9 +107,12 @@ class LmHeadPolicy:
           kernels accumulate in f32 for either dst, so the gate would only add the downcast. Its
           4-row kernel read the weights faster than its 1-3-row ones: padded M = 1, 2, 3 took
           0.78-0.95x the direct time at N = 32000 and 128256, fp32 and bf16 out (two
-          interleaved runs each), 0.95-1.0x at N = 28672.
+          interleaved runs each), 0.95-1.0x at N = 28672. The bf16 GEMV at M <= 2: on a 2-core
+          Zen 5, N = 128256, K = 4096, fp32 out, in-process A/B with oneDNN's kernel on the same
+          packed weight: 1.21-1.26x oneDNN's rate at M = 1, 1.18-1.28x at M = 2 (one pair
+          1.04x), 1.04-1.15x at M = 3, 0.90-1.13x at M = 4 (so not used from 3 rows).
         """
-        return cls(enabled=False, pad_m=4) if machine in X86 else cls()
+        return cls(enabled=False, pad_m=4, gemv_m=2) if machine in X86 else cls()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +152,13 @@ class PanelPolicy:
         return _parse(cls, PANEL, text)
 
 
-def _check_ints(policy: object) -> None:
+def _check_ints(policy: object, lowest: Mapping[str, int] | None = None) -> None:
+    """Every int field is an int >= 1, or >= ``lowest[name]``."""
     for f in fields(policy):  # type: ignore[arg-type]
         v = getattr(policy, f.name)
-        if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{type(policy).__name__}.{f.name}={v!r} must be an int >= 1")
+        low = (lowest or {}).get(f.name, 1)
+        if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            raise ValueError(f"{type(policy).__name__}.{f.name}={v!r} must be an int >= {low}")
 
 
 def _parse(cls: type[P], env: str, text: str, *, skip: str | None = None) -> P:

@@ -14,7 +14,7 @@ import torch
 from plugin_api.backend import backend_for
 from plugin_api.contract import OpFamily
 from plugin_api.device_info import DeviceInfo
-from plugin_api.errors import FallbackRefused
+from plugin_api.errors import FallbackRefused, SettingError
 from plugin_api.machines import MACHINES
 from plugin_api.ops import gemm
 from plugin_api.ops.attention import AttentionSpec
@@ -23,7 +23,7 @@ from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
 from plugin_api_cpu_arm_acl.build import extension
-from plugin_api_cpu_arm_acl.gemm import CODES, OneDnnGemm
+from plugin_api_cpu_arm_acl.gemm import CODES, GEMV_KERNEL, OneDnnGemm
 from plugin_api_cpu_arm_acl.isa import int8_matmul_exact, int8_panel_exact
 from plugin_api_cpu_arm_acl.kernel_probe import onednn_bf16, onednn_serves
 from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
@@ -221,6 +221,45 @@ def test_lm_head_runs_few_rows_on_the_padded_kernel(onednn_backend):
                 torch.testing.assert_close(out.double(), x.double() @ w.double().t(), **tol)
                 ran = {p.m for p in impl.cache.problems()}
                 assert ran == ({4} if usage == "lm_head" and m < 4 else {m}), (usage, m, ran)
+
+
+@pytest.mark.parametrize("odt", [F32, BF16])
+def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt):
+    """M <= gemv_m LM-head rows run the bf16 GEMV on oneDNN's packed weights (strided rows too,
+    N not a multiple of 64), as the fp64 oracle; more rows, a bias or another usage run oneDNN;
+    the kernel each call ran is what the bench reports."""
+    from plugin_api.ops.provenance import record_kernels
+
+    impl = OneDnnGemm(threads=2, policy=LmHeadPolicy(enabled=False, gemv_m=4))
+    w = _rand(300, 512, seed=8, scale=0.05)
+    spec = GemmSpec(300, 512, BF16, odt, "lm_head")
+    packed = impl.prepare(spec, w, None)
+    if not packed.gemv:
+        pytest.skip(f"oneDNN packed {packed.layout!r} here, or this build lacks AVX-512 BF16")
+    tol = dict(atol=1e-4, rtol=1e-5) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
+    wide = _rand(5, 700, seed=9)
+    calls = [(1, None, "lm_head"), (3, None, "lm_head"), (4, None, "lm_head")]
+    calls += [(5, None, "lm_head"), (2, True, "lm_head"), (2, None, "linear")]
+    for m, bias, usage in calls:
+        x = wide[:m, 100:612]  # row stride 700
+        b = _rand(1, 300, seed=m)[0].float() if bias else None
+        out = torch.full((m, 300), float("nan"), dtype=odt)
+        with record_kernels() as kernels:
+            impl.mm(dataclasses.replace(spec, usage=usage), x, packed, b, out)
+        exact = x.double() @ w.double().t() + (0 if b is None else b.double())
+        torch.testing.assert_close(out.double(), exact, **tol)
+        gemv = m <= 4 and bias is None and usage == "lm_head"
+        assert (kernels == [GEMV_KERNEL]) is gemv, (m, bias, usage, kernels)
+
+
+def test_lm_head_policy_gemv_rows():
+    assert LmHeadPolicy.parse("off,gemv_m=0").gemv_m == 0
+    assert "M <= 3 runs the bf16 GEMV" in LmHeadPolicy.parse("gemv_m=3").describe()
+    for bad in ("gemv_m=5", "gemv_m=-1"):
+        with pytest.raises(SettingError, match="gemv_m"):
+            LmHeadPolicy.parse(bad)
+    assert LmHeadPolicy.default_for("x86_64").gemv_m == 2
+    assert LmHeadPolicy.default_for("aarch64").gemv_m == 0
 
 
 def test_lm_head_policy_argument_overrides():

@@ -28,7 +28,7 @@ def test_defaults():
     s = settings.read({})
     assert s == settings.PluginSettings(None, None, None, PanelPolicy())
     assert LmHeadPolicy.default_for("aarch64") == LmHeadPolicy(64000, 9)
-    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4)
+    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4, gemv_m=2)
 
 
 def test_off_turns_the_f32_dst_gate_off():
@@ -50,7 +50,8 @@ def test_off_turns_the_f32_dst_gate_off():
         ),
         (
             "xeon-cpu",
-            "bf16-dst kernel; M < 4 runs the 4-row kernel on padded rows (default on x86_64)",
+            "M <= 2 runs the bf16 GEMV on oneDNN's packed weights (where they are in its AVX-512 "
+            "BF16 layout); M < 4 runs the 4-row kernel on padded rows (default on x86_64)",
         ),
     ],
 )
@@ -84,10 +85,18 @@ def test_read_values():
         (settings.THREADS, "0", "must be a positive integer"),
         (settings.THREADS, "two", "must be a positive integer"),
         (settings.LM_HEAD, "min_n=64k", "min_n must be an integer"),
-        (settings.LM_HEAD, "max_n=5", "keys \\['min_m', 'min_n', 'pad_m'\\], got 'max_n=5'"),
+        (
+            settings.LM_HEAD,
+            "max_n=5",
+            "keys \\['gemv_m', 'min_m', 'min_n', 'pad_m'\\], got 'max_n=5'",
+        ),
         (settings.LM_HEAD, "min_m=0", "min_m=0 must be an int >= 1"),
         (settings.LM_HEAD, "off,max_n=5", "LM_HEAD='off,max_n=5': expected .* got 'max_n=5'"),
-        (settings.LM_HEAD, "enabled=0", "keys \\['min_m', 'min_n', 'pad_m'\\], got 'enabled=0'"),
+        (
+            settings.LM_HEAD,
+            "enabled=0",
+            "keys \\['gemv_m', 'min_m', 'min_n', 'pad_m'\\], got 'enabled=0'",
+        ),
         (settings.ROOT, " ", "set but empty"),
         (settings.PANEL, "isa=sse2", "isa='sse2' must be one of \\('auto', 'avx2', 'generic'\\)"),
         (settings.PANEL, "kc=0", "PanelPolicy.kc=0 must be an int >= 1"),

@@ -114,6 +114,32 @@ c10::intrusive_ptr<Primitive> matmul(std::vector<int64_t> conf,
   return out;
 }
 
+// Whether gemv can run on w (its layout is oneDNN's paired one, and this build has the kernel).
+bool gemv_layout(const c10::intrusive_ptr<PackedWeights>& w) {
+  return gemv_available() && paired_blocks(*w->p).base != nullptr;
+}
+
+void gemv(const c10::intrusive_ptr<PackedWeights>& w, const Tensor& x, const Tensor& out,
+          int64_t threads) {
+  check_cpu(x, "x");
+  check_cpu(out, "out");
+  const PairedBlocks pb = paired_blocks(*w->p);
+  TORCH_CHECK(gemv_available() && pb.base != nullptr,
+              "pa_cpu_onednn: gemv needs AVX-512 BF16 and oneDNN's paired bf16 layout");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.size(1) == pb.k &&
+                  x.stride(1) == 1 && x.size(0) >= 1 && x.size(0) <= kGemvMaxRows,
+              "pa_cpu_onednn: gemv x must be bf16 [1..", kGemvMaxRows, ", K] with unit stride");
+  TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
+                  out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == pb.n &&
+                  out.stride(1) == 1,
+              "pa_cpu_onednn: gemv out must be fp32 or bf16 [M, N] with unit stride");
+  rethrow([&] {
+    gemv_bf16(pb, static_cast<const uint16_t*>(x.data_ptr()), x.size(0), x.stride(0),
+              out.data_ptr(), code_of(out), out.stride(0), threads);
+    return 0;
+  });
+}
+
 void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, bool stream,
            const Tensor& q, const Tensor& scales, int64_t threads) {
   check_cpu(x, "x");
@@ -234,6 +260,8 @@ TORCH_LIBRARY(pa_cpu_onednn, m) {
   m.def("pack", &pack);
   m.def("matmul", &matmul);
   m.def("group_quant", &quant);
+  m.def("gemv_layout", &gemv_layout);
+  m.def("gemv", &gemv);
   m.def("onednn_version", [] { return onednn_version(); });
   m.def("panel_pack", &panel_pack);
   m.def("panel_mm", &panel_mm);

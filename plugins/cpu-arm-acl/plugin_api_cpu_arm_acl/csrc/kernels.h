@@ -77,6 +77,24 @@ struct PanelCall {
   int64_t out_dt = kF32;           // kF32 or w_dt (int8: kF32, kBF16 or kF16)
 };
 
+// Small-M bf16 GEMV (gemv.cpp) straight on oneDNN's packed weights, where oneDNN packed them in
+// its AVX-512 BF16 layout: blocks of 32 k x 64 n, each [16 k-pairs][64 n][2 k] (inner blocks
+// 16@k x 64@n x 2@k), so a k-pair step is four vectors of 16 columns x (k, k + 1), the operands
+// of vdpbf16ps. oneDNN's brgemm reads that layout at 71 GB/s at M = 1-4 on a 2-core Zen 5 (84%
+// of the copy rate); a plain loop with a prefetch one kilobyte ahead read it at 84-90 GB/s.
+struct PairedBlocks {
+  const uint16_t* base = nullptr;  // null: the packed weights have another layout
+  int64_t n = 0, k = 0;            // logical sizes (k % 32 == 0)
+  int64_t stride_k = 0, stride_n = 0;  // elements between consecutive 32-k / 64-n blocks
+};
+constexpr int64_t kGemvMaxRows = 4;
+PairedBlocks paired_blocks(const Packed& p);
+bool gemv_available();  // compiled with AVX-512 BF16
+// out[m, n] (fp32 or bf16, row stride ldo) = x[m, k] (bf16, row stride ldx) @ W^T, fp32
+// accumulation, bf16 out rounded once (nearest even); 1 <= m <= kGemvMaxRows.
+void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
+               int64_t out_dt, int64_t ldo, int64_t threads);
+
 int64_t panel_count(int64_t n);                // panels of 16 columns
 int64_t panel_steps(int64_t w_dt, int64_t k);  // k steps per panel (int8: k-pairs)
 bool panel_isa_available(int64_t isa, int64_t w_dt);

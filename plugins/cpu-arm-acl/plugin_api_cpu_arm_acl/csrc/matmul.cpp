@@ -123,6 +123,24 @@ std::string packed_layout(const Packed& p) {
   return s.str();
 }
 
+PairedBlocks paired_blocks(const Packed& p) {
+  const auto d = p.mem.get_desc();
+  if (p.conf.b != kBF16 || p.conf.scaled || p.conf.k % 32 != 0 || d.get_inner_nblks() != 3)
+    return {};
+  const auto blks = d.get_inner_blks(), idxs = d.get_inner_idxs();
+  const bool paired = blks[0] == 16 && idxs[0] == 0 && blks[1] == 64 && idxs[1] == 1 &&
+                      blks[2] == 2 && idxs[2] == 0;
+  if (!paired || d.get_submemory_offset() != 0) return {};
+  const auto strides = d.get_strides();  // between outer blocks of dims (k, n), in elements
+  PairedBlocks w;
+  w.base = static_cast<const uint16_t*>(p.mem.get_data_handle());
+  w.n = p.conf.n;
+  w.k = p.conf.k;
+  w.stride_k = strides[0];
+  w.stride_n = strides[1];
+  return w;
+}
+
 std::shared_ptr<Matmul> make_matmul(const MatmulConf& conf, const Packed& p) {
   ThreadScope threads(conf.threads);
   if (conf.n != p.conf.n || conf.k != p.conf.k || conf.b != p.conf.b)
