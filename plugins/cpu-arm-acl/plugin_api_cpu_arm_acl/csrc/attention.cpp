@@ -192,7 +192,7 @@ struct Scratch {
   std::vector<float> buf;
   float* q;      // dot: [R][D] ; rows: Q^T [D][Rp]
   float* acc;    // [Rp][D]
-  float* s;      // dot: [R][run keys] ; rows: [bs][Rp]
+  float* s;      // dot: [R][run keys], with kDotBf16 [run keys][Rp] ; rows: [bs][Rp]
   float* kf;     // rows: K block as fp32 [bs][D]
   float* vf;     // rows: V block as fp32 [bs][D]
   float* m;      // [Rp]
@@ -200,8 +200,8 @@ struct Scratch {
   float* alpha;  // [Rp]
   float* lo;     // [Rp] rows layout: visible key range as fp32
   float* hi;     // [Rp]
-  c10::BFloat16* pb;  // dot layout with kDotBf16, matrix layout: the probabilities as bf16
-                      // [R][run keys]
+  c10::BFloat16* pb;  // the probabilities as bf16: dot layout with kDotBf16, paired words
+                      // [run keys / 2][Rp] (pair_probs); matrix layout [R][run keys]
   std::vector<int> a, b;
   std::vector<c10::BFloat16> panels;  // matrix layout: B panels before and after packing
 
@@ -268,7 +268,7 @@ inline void run_ranges(Scratch& w, int R, int64_t kc, int64_t j0, int64_t j1) {
 }
 
 // The dot layout over runs of whole blocks (run_blocks): the scores of every block and KV head
-// of the run, one softmax pass per row, then P.V with the accumulators in registers across the
+// of the run, one softmax pass over the run, then P.V with the accumulators in registers across the
 // run's blocks (per 16-key block instead, each row paid its max/exp/sum reductions and a reload
 // of its accumulator every 16 keys). Rows of KV head i of the item: [i * Rh, (i + 1) * Rh).
 // kBf16Dot: w.q holds the rows as bf16, unscaled, and the run's scores are S^T [key][Rp] (see

@@ -2,7 +2,8 @@
 // online softmax and P.V, in fp32 over at::vec (with AVX-512 BF16, bf16 operands of fp32
 // dot products: kDotBf16). Two score layouts:
 // - "dot" (few rows, decode): S[r][j] = q_r . k_j, vectorised over the head dim, K read straight
-//   from the cache; every K element is converted once and used by all rows of the tile.
+//   from the cache; every K element is converted once and used by all rows of the tile. With
+//   kDotBf16 the sums are stored as S^T[j][r] and the softmax runs vertically, as in "rows".
 // - "rows" (many rows, prefill or wide GQA): S^T[j][r] = sum_d K[j][d] Q^T[d][r], vectorised over
 //   query rows with K broadcast from an fp32 copy of the block; softmax is then vertical too.
 #pragma once
