@@ -18,10 +18,11 @@ from .numerics import fp8e4m3_bits
 
 @triton.jit
 def _to_cache(x, scale, FP8: tl.constexpr):
-    if FP8:
+    if FP8:  # one return per branch (see quant._quantize)
         y = tl.math.div_rn(x.to(tl.float32), scale)
         return fp8e4m3_bits(tl.minimum(tl.maximum(y, -448.0), 448.0)).to(tl.uint8)
-    return x
+    else:
+        return x
 
 
 @triton.jit

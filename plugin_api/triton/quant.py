@@ -24,13 +24,16 @@ def _quantize(x, s, INT8: tl.constexpr, QMAX: tl.constexpr):
     clamp alone would not say (a GPU's max drops a NaN, the interpreter's keeps it)."""
     y = tl.math.div_rn(x, s)
     nan = y != y
+    # One return per branch: compiled Triton visits the statements after a constexpr `if` that
+    # returns and then rejects the two return types (the interpreter never noticed).
     if INT8:
         # clamp and rounding commute here: the bounds are integers
         q = round_half_even(tl.minimum(tl.maximum(y, -128.0), 127.0))
         return tl.where(nan, 0.0, q).to(tl.int8)
-    code = fp8e4m3_bits(tl.minimum(tl.maximum(y, -QMAX), QMAX))
-    nan_code = ((y.to(tl.int32, bitcast=True) >> 24) & 0x80) | 0x7F
-    return tl.where(nan, nan_code, code).to(tl.uint8)
+    else:
+        code = fp8e4m3_bits(tl.minimum(tl.maximum(y, -QMAX), QMAX))
+        nan_code = ((y.to(tl.int32, bitcast=True) >> 24) & 0x80) | 0x7F
+        return tl.where(nan, nan_code, code).to(tl.uint8)
 
 
 @triton.jit
