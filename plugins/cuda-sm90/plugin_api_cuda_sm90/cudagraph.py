@@ -58,6 +58,12 @@ TABLE: tuple[GraphRule, ...] = (
         "the decode kernel does not serve this KV dtype",
     ),
     GraphRule(
+        "fp8 KV on SM90 or SM12x",
+        lambda s, a, i: s.fp8_kv and a in (Arch.SM90, Arch.SM12X),
+        GraphLevel.NEVER,
+        "the spec is refused there: XQA computes in fp8 with an fp8 cache",
+    ),
+    GraphRule(
         "DCP size > 1 (any architecture)",
         lambda s, a, i: s.dcp_size > 1,
         GraphLevel.UNIFORM_SINGLE_TOKEN_DECODE,
@@ -78,7 +84,7 @@ TABLE: tuple[GraphRule, ...] = (
         "trtllm-gen decode takes q_len_per_req = 1 + speculative tokens from plan buffers",
     ),
     GraphRule(
-        "SM90 or SM12x (XQA), causal or not, any speculative tokens, fp16/bf16/fp8 KV",
+        "SM90 or SM12x (XQA), causal or not, any speculative tokens, fp16/bf16 KV",
         lambda s, a, i: a in (Arch.SM90, Arch.SM12X),
         GraphLevel.UNIFORM_BATCH,
         "XQA decode reads q_len_per_req = 1 + speculative tokens and the bit-packed draft "

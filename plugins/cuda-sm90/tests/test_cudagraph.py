@@ -29,7 +29,9 @@ GRID = list(
 )
 
 
-def expected(machine: str, causal: bool, dcp: int) -> GraphLevel:
+def expected(machine: str, causal: bool, dcp: int, kv: torch.dtype) -> GraphLevel:
+    if kv == FP8 and machine != "b200":
+        return N
     if dcp > 1:
         return S
     if machine == "b200" and not causal:
@@ -49,7 +51,7 @@ def test_grid(machine: str, causal: bool, spec_tokens: int, kv: torch.dtype, dcp
         dcp_size=dcp,
     )
     g = cudagraph_support(spec, MACHINES[machine])
-    assert g.level == expected(machine, causal, dcp), g.reason
+    assert g.level == expected(machine, causal, dcp, kv), g.reason
     assert g.reason
 
 

@@ -34,7 +34,6 @@ ACCEPTED = {
     "base": {},
     "gpt-oss sliding": dict(sliding_window=128, has_sinks=True, num_speculative_tokens=3),
     "non-causal drafts": dict(causal=False, num_speculative_tokens=3),
-    "fp8 kv": dict(kv_cache_dtype=FP8),
     "fp16": dict(dtype=torch.float16),
     "kv sharing": dict(kv_sharing=True, sliding_window=512, head_size=256),
     "block 128": dict(block_size=128, head_size=128),
@@ -60,6 +59,8 @@ REFUSED = [
     ("block 8", H200, dict(block_size=8), "block_size=8: XQA pages are (16, 32, 64, 128)"),
     ("soft cap", H200, dict(logits_soft_cap=30.0), "logits_soft_cap=30: XQA decode has no"),
     ("fp8 query", H200, dict(query_dtype=FP8), "query_dtype=torch.float8_e4m3fn: the xqa"),
+    ("fp8 kv sm90", H200, dict(kv_cache_dtype=FP8), "on the XQA decode: with an fp8 cache"),
+    ("fp8 kv sm120", RTX, dict(kv_cache_dtype=FP8), "XQA computes Q.K and P.V in fp8"),
     ("dcp", H200, dict(dcp_size=2), "dcp_size=2: decode context parallelism"),
     (
         "kv sharing + dcp",
@@ -100,6 +101,7 @@ def test_refused_with_reason(name: str, machine: DeviceInfo, kw: dict, message: 
 def test_sm100_causal_sinks_and_non_causal_single_token_are_served() -> None:
     assert attention_decision(spec_of(has_sinks=True, num_speculative_tokens=3), B200).ok
     assert attention_decision(spec_of(causal=False), B200).ok
+    assert attention_decision(spec_of(kv_cache_dtype=FP8), B200).ok  # trtllm-gen, unmeasured
 
 
 def test_every_failing_reason_is_reported() -> None:
