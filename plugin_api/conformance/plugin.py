@@ -59,24 +59,50 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Coverage(backend_id), "plugin-api-coverage")
 
 
+# The key under which each test's report carries its counts: a report reaches the process that
+# prints the summary also when pytest-xdist ran the test in a worker (module state would not).
+OPS_PROPERTY = "plugin-api-ops"
+
+
 class Coverage:
     """Collects the provenance of every op call per test, and summarises it."""
 
     def __init__(self, backend_id: str) -> None:
         self.backend_id = backend_id
         self.paths: dict[str, Counter[str]] = defaultdict(Counter)
+        self.rejected: Counter[str] = Counter()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         from ..ops.provenance import record_ops
 
+        rejected_before = REJECTED.copy()
         with record_ops() as calls:
             try:
                 return (yield)
             finally:
-                for p in calls:
-                    kind = "fallback" if p.fallback else str(p.path)
-                    self.paths[p.family][f"{kind}:{p.impl}"] += 1
+                ran = Counter(
+                    (p.family, f"{'fallback' if p.fallback else p.path}:{p.impl}") for p in calls
+                )
+                item.user_properties.append(
+                    (
+                        OPS_PROPERTY,
+                        {
+                            "ran": [[str(f), k, n] for (f, k), n in ran.items()],
+                            "rejected": dict(REJECTED - rejected_before),
+                        },
+                    )
+                )
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":  # the teardown report carries the same properties again
+            return
+        for name, value in report.user_properties:
+            if name != OPS_PROPERTY:
+                continue
+            for family, kind, n in value["ran"]:
+                self.paths[family][kind] += n
+            self.rejected.update(value["rejected"])
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
@@ -89,7 +115,7 @@ class Coverage:
             only_fallback = all(k.startswith("fallback:") for k in counts)
             warn = "  <- only fallbacks ran" if only_fallback else ""
             tr.write_line(f"{family:<10} {parts}{warn}")
-        for family, n in sorted(REJECTED.items()):
+        for family, n in sorted(self.rejected.items()):
             tr.write_line(
                 f"{family:<10} {n} case(s) rejected by the backend (skipped with reasons)"
             )
