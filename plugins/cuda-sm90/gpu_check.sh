@@ -11,6 +11,7 @@
 #             captures and replays every accepted spec and compares with eager)
 #   gpu       the plugin's GPU tests: padded one-token graphs, replay after re-planning
 #   targets   issue targets: decode K/V bytes/s vs copy bandwidth, LM head 40x4096x248320
+#   overhead  eager decode step vs graph replay, and a cProfile of eager steps (into targets.log)
 #   bench     `plugin-api bench --op attention --op gemm` (if this checkout has the verb)
 # STAGES="kit gpu" runs a subset (install and env always run). A stage that cannot finish
 # before DEADLINE seconds (default 560, under the 600 s call limit) is skipped and says so.
@@ -97,6 +98,7 @@ for s in $STAGES; do
     kit) stage kit kit 330 python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" --plugin-api-backend=cuda-sm90 -ra ;;
     gpu) stage gpu gpu 120 python3 -m pytest -q -p no:cacheprovider -ra plugins/cuda-sm90/tests/test_gpu.py ;;
     targets) stage targets targets 150 python3 plugins/cuda-sm90/tools/targets.py "$OUT/targets.json" ;;
+    overhead) stage overhead targets 90 python3 plugins/cuda-sm90/tools/overhead.py ;;
     bench)
         if python3 -m plugin_api bench --help >/dev/null 2>&1; then
             stage bench bench 180 python3 -m plugin_api bench --op attention --op gemm \
@@ -105,7 +107,7 @@ for s in $STAGES; do
             note "bench: NOT RUN: this checkout's plugin-api has no 'bench' verb yet"
         fi
         ;;
-    *) note "$s: unknown stage (kit, gpu, targets, bench)" ;;
+    *) note "$s: unknown stage (kit, gpu, targets, overhead, bench)" ;;
     esac
 done
 note "total ${SECONDS}s; logs in $OUT"
