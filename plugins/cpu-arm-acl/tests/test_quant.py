@@ -69,6 +69,26 @@ def test_streamed_codes_are_the_same(in_dtype, dtype, group, k, threads):
     assert torch.equal(_bits(q), _bits(want_q))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(
+    "m,k,group", [(37, 384, 128), (50, 7 * 64, 64), (16, 256, 128), (4, 96, 32)]
+)
+def test_column_major_scales_in_bands_split_between_threads(threads, m, k, group):
+    """Column-major scales are gathered per band of 16 rows and written as runs; threads split
+    the groups mid-row and mid-band (37 x 3 groups over 2 or 3 threads), and every scale must
+    land exactly once: the output starts as NaN, and its other columns' bands are compared."""
+    x = _awkward(m, k, torch.bfloat16, seed=m * k)
+    spec = QuantSpec(k, group, torch.bfloat16, torch.int8, True)
+    q = torch.empty(m, k, dtype=torch.int8)
+    s = scales_like(m, k // group, True, torch.device("cpu")).fill_(float("nan"))
+    NativeGroupQuant(threads=threads).quantize(spec, x, 1e-10, q, s)
+    want_q, want_s = torch.empty_like(q), torch.empty_like(s)
+    ReferenceQuant().quantize(spec, x, 1e-10, want_q, want_s)
+    assert s.stride() == (1, m)
+    assert torch.equal(s, want_s)
+    assert torch.equal(q, want_q)
+
+
 @pytest.mark.parametrize("smallest", [0, 8], ids=["with-fixed-point", "normal-only"])
 def test_every_fp8_code_round_trips(onednn_backend, smallest):
     """All 253 finite e4m3 magnitudes (and midpoints between them) convert like torch does;
