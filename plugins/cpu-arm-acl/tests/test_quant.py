@@ -54,14 +54,17 @@ def test_bit_exact_with_the_reference(onednn_backend, in_dtype, dtype, group, k,
 @pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
 @pytest.mark.parametrize("group,k", [(128, 7168), (64, 320), (100, 300)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_streamed_codes_are_the_same(in_dtype, dtype, group, k, threads):
+@pytest.mark.parametrize("col", [False, True], ids=["row-scales", "col-scales"])
+def test_streamed_codes_are_the_same(in_dtype, dtype, group, k, threads, col):
     """Codes streamed past the caches (forced here for small outputs) equal the reference's,
     one and two threads, and rows whose groups are not 64-byte aligned (group 100: those keep
-    normal stores)."""
-    m = 45
+    normal stores); column-major scales then stream their whole 16-row lines (m = 64: aligned
+    columns; bands split between threads)."""
+    m = 64 if col else 45
     x = _awkward(m, k, in_dtype, seed=k)
-    spec = QuantSpec(k, group, in_dtype, dtype)
-    q, s = torch.empty(m, k, dtype=dtype), scales_like(m, k // group, False, torch.device("cpu"))
+    spec = QuantSpec(k, group, in_dtype, dtype, col)
+    q, s = torch.empty(m, k, dtype=dtype), scales_like(m, k // group, col, torch.device("cpu"))
+    s.fill_(float("nan"))
     NativeGroupQuant(threads=threads, stream_min_bytes=0).quantize(spec, x, 1e-10, q, s)
     want_q, want_s = torch.empty_like(q), torch.empty_like(s)
     ReferenceQuant().quantize(spec, x, 1e-10, want_q, want_s)
