@@ -107,12 +107,14 @@ class LmHeadPolicy:
           kernels accumulate in f32 for either dst, so the gate would only add the downcast. Its
           4-row kernel read the weights faster than its 1-3-row ones: padded M = 1, 2, 3 took
           0.78-0.95x the direct time at N = 32000 and 128256, fp32 and bf16 out (two
-          interleaved runs each), 0.95-1.0x at N = 28672. The bf16 GEMV at M <= 2: on a 2-core
+          interleaved runs each), 0.95-1.0x at N = 28672. The bf16 GEMV at M <= 4: on a 2-core
           Zen 5, N = 128256, K = 4096, fp32 out, in-process A/B with oneDNN's kernel on the same
           packed weight: 1.21-1.26x oneDNN's rate at M = 1, 1.18-1.28x at M = 2 (one pair
-          1.04x), 1.04-1.15x at M = 3, 0.90-1.13x at M = 4 (so not used from 3 rows).
+          1.04x), 1.04-1.15x at M = 3, 0.90-1.13x at M = 4; a second day, alternating pairs
+          of calls (median of 24 ratios per run, four runs, with the GEMV's 2 KB prefetch), the
+          GEMV took 0.91-0.95x oneDNN's time at M = 3 and 0.92-1.0x at M = 4.
         """
-        return cls(enabled=False, pad_m=4, gemv_m=2) if machine in X86 else cls()
+        return cls(enabled=False, pad_m=4, gemv_m=4) if machine in X86 else cls()
 
 
 @dataclass(frozen=True, slots=True)
