@@ -21,7 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"kit gpu targets bench"}
+STAGES=${STAGES:-"kit gpu targets overhead bench"}
 DEADLINE=${DEADLINE:-560}
 export PYTHONUNBUFFERED=1 PLUGIN_API_BACKEND=cuda-sm90
 export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-jit FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
