@@ -50,8 +50,8 @@ def _signature(
             sig[name] = POINTER[pointers[name]]
         else:
             sig[name] = "fp32" if name in floats else "i32"
-    unknown = set(pointers) | set(constexprs) | set(floats)
-    assert unknown <= set(fn.arg_names), f"not parameters of {fn.__name__}: {unknown}"
+    named = set(pointers) | set(constexprs) | set(floats)
+    assert named <= set(fn.arg_names), f"not parameters of {fn.__name__}: {named}"
     return sig
 
 
@@ -97,10 +97,8 @@ def test_cache_write_kernel(target: str, cache_dtype: torch.dtype) -> None:
         "cache_ptr": torch.uint8 if fp8 else cache_dtype,  # fp8 bits go through a uint8 view
         "slot_ptr": torch.int64,
     }
-    constexprs = dict(
-        NUM_KV_HEADS=8, HEAD_SIZE=128, PAGE=16, BLOCK_T=cfg.write_tokens, BLOCK_H=8, BLOCK_D=128
-    )
-    constexprs["FP8"] = fp8
+    constexprs = dict(NUM_KV_HEADS=8, HEAD_SIZE=128, PAGE=16, BLOCK_T=cfg.write_tokens)
+    constexprs.update(BLOCK_H=8, BLOCK_D=128, FP8=fp8)
     _compile(
         target,
         cache_write._cache_write_kernel,
@@ -131,12 +129,11 @@ def test_paged_attention_kernel(target: str, feature: str) -> None:
     group = 4
     block_m = max(cfg.block_m, group)
     i32 = torch.int32
-    pointers = {"q_ptr": dtype, "o_ptr": dtype, "cache_ptr": cache_dtype, "sinks_ptr": dtype}
+    sinks = torch.float32 if flags.get("SINKS") else dtype  # without sinks: the query, unread
+    pointers = {"q_ptr": dtype, "o_ptr": dtype, "cache_ptr": cache_dtype, "sinks_ptr": sinks}
     pointers.update(
         tile_seq_ptr=i32, tile_q0_ptr=i32, qsl_ptr=i32, seq_lens_ptr=i32, block_table_ptr=i32
     )
-    if flags.get("SINKS"):
-        pointers["sinks_ptr"] = torch.float32
     constexprs: dict[str, Any] = dict(
         GROUP=group,
         HEAD_SIZE=128,

@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 
 import torch
-from targets import captured, decode_setup
+from targets import decode_setup
 
 from plugin_api.backend import backend_for
+from plugin_api.device_graphs import capture
 
 
 def wall_us(fn: Callable[[], object], reps: int = 200) -> float:
@@ -64,7 +65,7 @@ def main() -> int:
     backend = backend_for("cuda-sm90")
     for batch, context in ((1, 1024), (16, 8192)):
         run, _, _ = decode_setup(backend, batch, context)
-        graph = captured(run)
+        graph = capture(run, "cuda")
         print(
             f"decode batch={batch} context={context}: eager {wall_us(run):.1f} us, "
             f"enqueue {enqueue_us(run):.1f} us/step, graph replay {wall_us(graph.replay):.1f} us"

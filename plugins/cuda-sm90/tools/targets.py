@@ -20,6 +20,7 @@ import torch
 
 import plugin_api as pa
 from plugin_api.backend import backend_for
+from plugin_api.device_graphs import capture
 from plugin_api.ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache
 
 
@@ -72,18 +73,9 @@ def decode_setup(backend, batch: int, context: int) -> tuple:
     return (lambda: attn.run(q, k, v, cache, plan, out=out)), attn, plan
 
 
-def captured(run: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    run()  # JIT loads and first-use allocations happen outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph
-
-
 def decode_step(backend, batch: int, context: int) -> dict[str, float]:
     run, _, _ = decode_setup(backend, batch, context)
-    ms = median_ms(captured(run).replay)
+    ms = median_ms(capture(run, "cuda").replay)  # JIT loads happen in capture's warm-up
     kv_bytes = batch * context * 8 * 128 * 2 * 2  # K and V, bf16
     return {"batch": batch, "context": context, "ms": ms, "bytes_per_s": kv_bytes / (ms * 1e-3)}
 
