@@ -28,7 +28,7 @@ def test_defaults():
     s = settings.read({})
     assert s == settings.PluginSettings(None, None, None, PanelPolicy())
     assert LmHeadPolicy.default_for("aarch64") == LmHeadPolicy(64000, 9)
-    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4, gemv_m=4)
+    assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4, gemv_m=8)
 
 
 def test_off_turns_the_f32_dst_gate_off():
@@ -50,7 +50,7 @@ def test_off_turns_the_f32_dst_gate_off():
         ),
         (
             "xeon-cpu",
-            "M <= 4 runs the bf16 GEMV on oneDNN's packed weights (where they are in its AVX-512 "
+            "M <= 8 runs the bf16 GEMV on oneDNN's packed weights (where they are in its AVX-512 "
             "BF16 layout); M < 4 runs the 4-row kernel on padded rows (default on x86_64)",
         ),
     ],

@@ -1,10 +1,13 @@
-"""tools/attention_check.py (what arm64_emulated.sh runs on an emulated Arm CPU) on this
-machine's variant: its cases still fit the conformance kit's tables, and all of them pass."""
+"""The plugin's tools on this machine: tools/attention_check.py (what arm64_emulated.sh runs on
+an emulated Arm CPU) still fits the conformance kit's tables and passes; tools/stream_fma_probe.cpp
+(the README's bound on the LM-head GEMV at 5-16 rows) builds and reports every loop."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -37,3 +40,25 @@ def test_attention_check_passes_on_this_machine(tmp_path):
         list(tool.cases())
     )
     assert summary["passed"] > 100
+
+
+@pytest.mark.skipif(
+    "avx512_bf16" not in read_device_info().cpu_flags or shutil.which("g++") is None,
+    reason="the probe needs AVX-512 BF16 and g++",
+)
+def test_stream_fma_probe_reports_every_loop(tmp_path):
+    exe = tmp_path / "probe"
+    build = ["g++", "-O3", "-march=native", "-fopenmp", str(TOOLS / "stream_fma_probe.cpp")]
+    subprocess.run([*build, "-o", str(exe)], check=True)
+    run = subprocess.run([exe, "--mib", "64", "--json"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r["round"] for r in rows] == [1] * 8 + [2] * 8 + [3] * 8  # --rounds defaults to 3
+    assert {r["loop"] for r in rows} >= {"ideal fmas=0", "ideal fmas=8", "gemv M=8 T=3"}
+    for r in rows:
+        assert r["gbs"] > 0 and r["copy_gbs"] > 0, r
+        assert r["of_copy"] == pytest.approx(r["gbs"] / r["copy_gbs"], abs=2e-3), r
+        printed = 0.005 * r["fmas_per_line"] + 0.05  # gbs printed to 0.01, gflops to 0.1
+        assert r["gflops"] == pytest.approx(r["gbs"] * r["fmas_per_line"], abs=printed + 1e-6), r
+    bad = subprocess.run([exe, "--rounds", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--rounds must be a positive integer" in bad.stderr

@@ -1,7 +1,9 @@
 // Small-M bf16 GEMV on oneDNN's packed weights (kernels.h's PairedBlocks): one 64-column block
 // per task, its 32-k blocks read front to back with vdpbf16ps, the M rows' (k, k + 1) pairs
-// broadcast from x as they stand (no packing), fp32 accumulators in registers for the whole K.
-// Threads split the column blocks, so each weight byte is read from memory once.
+// broadcast from x as they stand (no packing), fp32 accumulators in registers for the whole K
+// (at M = 8 GCC keeps five of the 32 on the stack: a load and a store each per step, behind the
+// step's 32 FMAs). Threads split the column blocks, so each weight byte is read from memory
+// once.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,7 +25,7 @@ namespace {
 // (non-temporal: the weights are read once). On the Zen 5: all four lines, 0.95-0.97x the rate.
 // More rows make a step slower, and then 2 KB ahead served better: alternating pairs of calls,
 // 1 KB -> 2 KB took 0.94-1.0x the time at M = 3 and 4 (four runs each), 1.01-1.03x at M = 1
-// (three), 0.95-1.02x at M = 2 (seven).
+// (three), 0.95-1.02x at M = 2 (seven); at M = 5-8, 3 KB and 4 KB took 0.98-1.01x 2 KB's time.
 template <int M>
 constexpr int64_t kPrefetchBytes = M <= 2 ? 1024 : 2048;
 
@@ -32,7 +34,7 @@ template <int M>
 void column_block(const PairedBlocks& w, int64_t nb, const uint16_t* x, int64_t ldx, void* out,
                   int64_t out_dt, int64_t ldo) {
   __m512 acc[M][4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -48,7 +50,7 @@ void column_block(const PairedBlocks& w, int64_t nb, const uint16_t* x, int64_t 
       for (int t = 0; t < 4; ++t)
         v[t] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(step + t * 32));
       const int64_t k = kb * 32 + 2 * s;
-#pragma GCC unroll 4
+#pragma GCC unroll 8  // every row: acc must stay addressable by constants (registers)
       for (int r = 0; r < M; ++r) {
         uint32_t pair;
         std::memcpy(&pair, x + r * ldx + k, sizeof(pair));
@@ -94,7 +96,11 @@ void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx,
     case 2: all_blocks<2>(w, x, ldx, out, out_dt, ldo, t); break;
     case 3: all_blocks<3>(w, x, ldx, out, out_dt, ldo, t); break;
     case 4: all_blocks<4>(w, x, ldx, out, out_dt, ldo, t); break;
-    default: throw std::invalid_argument("gemv_bf16: m must be 1..4");
+    case 5: all_blocks<5>(w, x, ldx, out, out_dt, ldo, t); break;
+    case 6: all_blocks<6>(w, x, ldx, out, out_dt, ldo, t); break;
+    case 7: all_blocks<7>(w, x, ldx, out, out_dt, ldo, t); break;
+    case 8: all_blocks<8>(w, x, ldx, out, out_dt, ldo, t); break;
+    default: throw std::invalid_argument("gemv_bf16: m must be 1..8");
   }
 }
 

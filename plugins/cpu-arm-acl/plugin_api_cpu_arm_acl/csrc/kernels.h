@@ -87,7 +87,7 @@ struct PairedBlocks {
   int64_t n = 0, k = 0;            // logical sizes (k % 32 == 0)
   int64_t stride_k = 0, stride_n = 0;  // elements between consecutive 32-k / 64-n blocks
 };
-constexpr int64_t kGemvMaxRows = 4;
+constexpr int64_t kGemvMaxRows = 8;
 PairedBlocks paired_blocks(const Packed& p);
 bool gemv_available();  // compiled with AVX-512 BF16
 // out[m, n] (fp32 or bf16, row stride ldo) = x[m, k] (bf16, row stride ldx) @ W^T, fp32
