@@ -64,13 +64,13 @@ def profile(fn: Callable[[], object], reps: int = 100, top: int = 35) -> str:
 def main() -> int:
     backend = backend_for("cuda-sm90")
     for batch, context in ((1, 1024), (16, 8192)):
-        run, _, _ = decode_setup(backend, batch, context)
+        run = decode_setup(backend, batch, context)
         graph = capture(run, "cuda")
         print(
             f"decode batch={batch} context={context}: eager {wall_us(run):.1f} us, "
             f"enqueue {enqueue_us(run):.1f} us/step, graph replay {wall_us(graph.replay):.1f} us"
         )
-    run, _, _ = decode_setup(backend, 1, 1024)
+    run = decode_setup(backend, 1, 1024)
     run()
     print(profile(run))
     return 0

@@ -47,9 +47,9 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
     return 2 * src.numel() / (ms * 1e-3)
 
 
-def decode_setup(backend, batch: int, context: int) -> tuple:
+def decode_setup(backend, batch: int, context: int) -> Callable[[], object]:
     """A planned decode step of ``batch`` requests at ``context`` tokens (32/8 heads, d128, bf16,
-    block 16, blocks in random order): ``(run, attn, plan)``, ``run()`` one eager step."""
+    block 16, blocks in random order): calling it runs one eager step."""
     spec = AttentionSpec(32, 8, 128, torch.bfloat16, block_size=16)
     attn = Attention(spec, backend)
     per_seq = context // spec.block_size
@@ -70,11 +70,11 @@ def decode_setup(backend, batch: int, context: int) -> tuple:
     v = torch.randn_like(k)
     out = torch.empty_like(q)
     plan = attn.plan(step)
-    return (lambda: attn.run(q, k, v, cache, plan, out=out)), attn, plan
+    return lambda: attn.run(q, k, v, cache, plan, out=out)
 
 
 def decode_step(backend, batch: int, context: int) -> dict[str, float]:
-    run, _, _ = decode_setup(backend, batch, context)
+    run = decode_setup(backend, batch, context)
     ms = median_ms(capture(run, "cuda").replay)  # JIT loads happen in capture's warm-up
     kv_bytes = batch * context * 8 * 128 * 2 * 2  # K and V, bf16
     return {"batch": batch, "context": context, "ms": ms, "bytes_per_s": kv_bytes / (ms * 1e-3)}
