@@ -13,7 +13,8 @@ import os
 import threading
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from ._version import HOST_API_VERSION, __version__
 from .contract import Status
@@ -58,6 +59,9 @@ class Selection:
     strict: bool = False
     host_version: str = __version__
     host_api: str = HOST_API_VERSION
+    # the machine the choice was made for (DeviceInfo.to_dict(), plugin facts included):
+    # processes reusing the selection decide ops on the same facts without probing again
+    device: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -234,7 +238,9 @@ def resolve(settings: Settings | None = None, info: DeviceInfo | None = None) ->
     settings = read_settings() if settings is None else settings
     registry = load_plugins(settings, info)
     check_names(os.environ, registry.known_settings)
-    return Resolved(select(registry.records, settings, registry.info), registry, settings)
+    chosen = select(registry.records, settings, registry.info)
+    device = json.loads(registry.info.to_json())  # JSON-normal, so a round trip is equal
+    return Resolved(replace(chosen, device=device), registry, settings)
 
 
 def select_backend() -> Selection:
@@ -282,7 +288,12 @@ def _reuse(settings: Settings) -> Resolved:
         plugins=frozenset({sel.backend}),
         probe_timeout=settings.probe_timeout,
     )
-    registry = load_plugins(only, probe=False)
+    if sel.device is None:
+        raise StaleSelection(
+            "PLUGIN_API_SELECTION carries no device (the machine it was made for); unset it to "
+            "select afresh"
+        )
+    registry = load_plugins(only, DeviceInfo.from_dict(sel.device), probe=False)
     rec = registry.record(sel.backend)
     if rec is None or rec.failure is not None:
         why = rec.failure.message if rec and rec.failure else "not installed"

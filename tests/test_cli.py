@@ -126,7 +126,8 @@ with warnings.catch_warnings(record=True) as w:
     sel = plugin_api.select_backend()
     plugin_api.select_backend()
 print(json.dumps({"selection": sel.to_json(), "warnings": [str(x.message) for x in w],
-                  "probed": [r.id for r in current().registry.records if r.probe is not None]}))
+                  "probed": [r.id for r in current().registry.records if r.probe is not None],
+                  "machine": current().registry.info.to_json()}))
 """
 
 
@@ -147,6 +148,9 @@ def test_serialised_selection_is_reused_without_probing():
     second = run_select({"PLUGIN_API_SELECTION": first["selection"]})
     assert second["selection"] == first["selection"]
     assert second["probed"] == []
+    # a worker reusing the selection decides ops on the machine the choice was made for
+    assert second["machine"] == first["machine"]
+    assert json.loads(second["machine"])["machine"] != "(not read)"
 
 
 def test_stale_serialised_selection_is_refused():
