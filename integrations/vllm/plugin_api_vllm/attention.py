@@ -1,0 +1,325 @@
+"""vLLM's attention backend interface, served by plugin-api's ``Attention``.
+
+- One ``AttentionSpec`` per layer, resolved on the selected backend when vLLM builds the layer:
+  a spec the backend refuses stops vLLM's start-up with the backend's reasons.
+- The metadata builder turns vLLM's common metadata into one ``AttentionBatch`` per step
+  (decodes first: it asks vLLM to reorder the batch so) and plans it once per distinct spec;
+  layers with equal specs share the plan.
+- ``forward`` is ``Attention.run``: it writes this step's K/V (not for KV-sharing layers) and
+  attends. The KV cache is plugin-api's layout, viewed over the bytes vLLM allocated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from vllm.config import VllmConfig, get_current_vllm_config, get_layers_from_vllm_config
+from vllm.model_executor.layers.attention import Attention as VllmAttentionLayer
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    MultipleOf,
+)
+from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+import plugin_api as pa
+from plugin_api.ops.attention import AttentionPlan, kv_cache_shape
+
+from .errors import BridgeRefused
+
+# vLLM's --kv-cache-dtype names and the plugin-api cache dtype each means (None: the model's)
+KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
+    "auto": None,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+}
+# The bridge's host time in this process: metadata builds (one per step and KV-cache group),
+# each converting vLLM's metadata and planning every distinct spec.
+HOST_TIME: dict[str, float] = {"steps": 0, "build_s": 0.0}
+# plugin-api's graph levels, by name, as vLLM's
+GRAPH_LEVELS = {
+    "NEVER": AttentionCGSupport.NEVER,
+    "UNIFORM_SINGLE_TOKEN_DECODE": AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE,
+    "UNIFORM_BATCH": AttentionCGSupport.UNIFORM_BATCH,
+    "ALWAYS": AttentionCGSupport.ALWAYS,
+}
+
+
+NAME = "PLUGIN_API"
+
+
+class PluginApiAttentionBackend(AttentionBackend):
+    # Attention.run writes the step's K/V itself, so vLLM does not call a separate update
+    forward_includes_kv_cache_update: bool = True
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list[Any]] = list(KV_CACHE_DTYPES)
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[int | MultipleOf]:
+        # any size reaches plugin-api, whose backend accepts or refuses it with a reason
+        return [MultipleOf(1)]
+
+    @staticmethod
+    def get_name() -> str:
+        return NAME
+
+    @staticmethod
+    def get_impl_cls() -> type[PluginApiAttentionImpl]:
+        return PluginApiAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[PluginApiMetadataBuilder]:
+        return PluginApiMetadataBuilder
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        return True  # the backend decides per spec (has_sinks), and refuses what it cannot do
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        # layer-major, block-contiguous: each layer's cache is one dense buffer of whole blocks
+        return (KVCacheLayout.LBHNC,)
+
+
+@dataclass
+class PluginApiAttentionMetadata:
+    """One step: the token count and a plan per distinct spec among the group's layers."""
+
+    num_actual_tokens: int
+    plans: dict[pa.AttentionSpec, AttentionPlan]
+
+
+def spec_for_layer(
+    *,
+    num_heads: int,
+    head_size: int,
+    scale: float,
+    num_kv_heads: int,
+    sliding_window: int | None,
+    kv_cache_dtype: str,
+    logits_soft_cap: float | None,
+    has_sinks: bool,
+    kv_sharing: bool,
+    vllm_config: VllmConfig,
+) -> pa.AttentionSpec:
+    """The plugin-api spec of one vLLM attention layer."""
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise BridgeRefused(
+            f"kv_cache_dtype={kv_cache_dtype!r}: the bridge maps {', '.join(KV_CACHE_DTYPES)}"
+        )
+    spec_cfg = vllm_config.speculative_config
+    speculative = 0
+    if spec_cfg is not None and spec_cfg.num_speculative_tokens:
+        speculative = int(spec_cfg.num_speculative_tokens)
+    return pa.AttentionSpec(
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        dtype=vllm_config.model_config.dtype,
+        kv_cache_dtype=KV_CACHE_DTYPES[kv_cache_dtype],
+        block_size=vllm_config.cache_config.block_size,
+        sliding_window=sliding_window,
+        logits_soft_cap=logits_soft_cap or None,  # vLLM passes 0/None for "no cap"
+        has_sinks=has_sinks,
+        kv_sharing=kv_sharing,
+        num_speculative_tokens=speculative,
+        scale=float(scale),
+    )
+
+
+class PluginApiAttentionImpl(AttentionImpl[PluginApiAttentionMetadata]):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int | None = None,
+        alibi_slopes: list[float] | None = None,
+        sliding_window: int | None = None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        sinks: torch.Tensor | None = None,
+    ) -> None:
+        if alibi_slopes is not None:
+            raise BridgeRefused("ALiBi slopes: not in plugin-api's attention contract")
+        if attn_type != AttentionType.DECODER:
+            raise BridgeRefused(f"attention type {attn_type!r}: the bridge serves decoder layers")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.sliding_window = sliding_window
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.spec = spec_for_layer(
+            num_heads=num_heads,
+            head_size=head_size,
+            scale=scale,
+            num_kv_heads=self.num_kv_heads,
+            sliding_window=sliding_window,
+            kv_cache_dtype=kv_cache_dtype,
+            logits_soft_cap=logits_soft_cap,
+            has_sinks=sinks is not None,
+            kv_sharing=kv_sharing_target_layer_name is not None,
+            vllm_config=get_current_vllm_config(),
+        )
+        # resolved now: a refusal (or a fallback under PLUGIN_API_STRICT=1) stops start-up
+        self.attention = pa.attention(self.spec)
+        self.sinks = sinks
+        self.calls = 0
+        self._sinks_fp32: torch.Tensor | None = None
+        self._kv: tuple[int, pa.KVCache] | None = None
+
+    def _kv_cache(self, raw: torch.Tensor, layer: Any) -> pa.KVCache:
+        """plugin-api's view of the cache vLLM allocated for this layer (made once)."""
+        key = raw.data_ptr()
+        if self._kv is not None and self._kv[0] == key:
+            return self._kv[1]
+        if not raw.is_contiguous():
+            raise BridgeRefused(
+                f"the KV cache vLLM allocated has strides {raw.stride()} for shape "
+                f"{tuple(raw.shape)}; plugin-api needs each layer's blocks dense "
+                "(VLLM_KV_CACHE_LAYOUT=LBHNC, no page padding)"
+            )
+        num_blocks = int(raw.shape[0])
+        data = raw.view(kv_cache_shape(self.spec, num_blocks))
+        scales: dict[str, float] = {}
+        if self.spec.fp8_kv:
+            scales = {
+                "k_scale": float(layer._k_scale_float),
+                "v_scale": float(layer._v_scale_float),
+            }
+        kv = pa.KVCache(data, **scales)
+        self._kv = (key, kv)
+        return kv
+
+    def _sinks(self) -> torch.Tensor | None:
+        # sinks are model weights, loaded after __init__: converted once, at the first step
+        if self.sinks is None:
+            return None
+        if self._sinks_fp32 is None:
+            self._sinks_fp32 = self.sinks.detach().to(torch.float32).contiguous()
+        return self._sinks_fp32
+
+    def forward(
+        self,
+        layer: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: PluginApiAttentionMetadata | None,
+        output: torch.Tensor,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise BridgeRefused("fused output quantization: not in plugin-api's attention op")
+        if attn_metadata is None:  # vLLM's profiling run: no batch, nothing to attend
+            return output
+        plan = attn_metadata.plans[self.spec]
+        n = plan.num_tokens
+        # the query is a strided view of the fused QKV output; the op takes dense rows
+        q = query[:n].contiguous()
+        k = v = None
+        if not self.spec.kv_sharing:
+            k, v = key[:n], value[:n]
+        self.attention.run(
+            q, k, v, self._kv_cache(kv_cache, layer), plan, sinks=self._sinks(), out=output[:n]
+        )
+        self.calls += 1
+        return output
+
+
+def _layer_impls(vllm_config: VllmConfig, names: list[str]) -> list[PluginApiAttentionImpl]:
+    layers = get_layers_from_vllm_config(vllm_config, VllmAttentionLayer, names)
+    impls = [layer.impl for layer in layers.values()]
+    for impl in impls:
+        if not isinstance(impl, PluginApiAttentionImpl):
+            raise BridgeRefused(
+                f"layer runs {type(impl).__name__}, not the plugin-api attention backend"
+            )
+    return impls
+
+
+class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetadata]):
+    def __init__(
+        self,
+        kv_cache_spec: Any,
+        layer_names: list[str],
+        vllm_config: VllmConfig,
+        device: torch.device,
+    ) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        # decodes (query length <= 1 + speculative tokens) first, as the op contract wants
+        self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
+        impls = _layer_impls(vllm_config, layer_names)
+        self.attentions = {impl.spec: impl.attention for impl in impls}
+        self.decode_limit = 1 + max((s.num_speculative_tokens for s in self.attentions), default=0)
+
+    @classmethod
+    def get_cudagraph_support(
+        cls, vllm_config: VllmConfig, kv_cache_spec: Any
+    ) -> AttentionCGSupport:
+        """The lowest plugin-api graph level over the model's attention layers."""
+        layers = get_layers_from_vllm_config(vllm_config, VllmAttentionLayer)
+        levels = [
+            layer.impl.attention.graph_support().level
+            for layer in layers.values()
+            if isinstance(layer.impl, PluginApiAttentionImpl)
+        ]
+        if not levels:
+            return AttentionCGSupport.NEVER
+        return GRAPH_LEVELS[min(levels).name]
+
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata: CommonAttentionMetadata,
+        fast_build: bool = False,
+    ) -> PluginApiAttentionMetadata:
+        t0 = time.perf_counter()
+        batch = attention_batch(common_attn_metadata, self.decode_limit)
+        plans = {spec: attn.plan(batch) for spec, attn in self.attentions.items()}
+        HOST_TIME["steps"] += 1
+        HOST_TIME["build_s"] += time.perf_counter() - t0
+        return PluginApiAttentionMetadata(common_attn_metadata.num_actual_tokens, plans)
+
+
+def attention_batch(m: CommonAttentionMetadata, decode_limit: int) -> pa.AttentionBatch:
+    """plugin-api's ``AttentionBatch`` (host int tensors) from vLLM's common metadata."""
+    cpu = torch.device("cpu")
+    n = m.num_reqs
+    qsl = m.query_start_loc_cpu[: n + 1].to(cpu, torch.int32)
+    qlens = qsl[1:] - qsl[:-1]
+    # vLLM reorders requests of at most decode_limit tokens to the front
+    long = (qlens > decode_limit).nonzero()
+    num_decodes = int(long[0]) if long.numel() else n
+    return pa.AttentionBatch(
+        query_start_loc=qsl,
+        seq_lens=m.seq_lens[:n].to(cpu, torch.int32),
+        block_table=m.block_table_tensor[:n].to(cpu, torch.int32),
+        slot_mapping=m.slot_mapping[: m.num_actual_tokens].to(cpu, torch.int64),
+        num_decodes=num_decodes,
+    )
+
+
+# vLLM looks backends up by name in every process: register ours once per process
+if NAME not in AttentionBackendEnum.__members__:
+    register_backend(NAME, f"{__name__}.{PluginApiAttentionBackend.__qualname__}")

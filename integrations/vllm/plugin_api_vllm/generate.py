@@ -1,0 +1,135 @@
+"""Greedy generation with vLLM in this process, as JSON: the tokens, the top-2 raw logits of each
+step, timings, and (on the bridge) which plugin-api implementation served each layer.
+
+vLLM picks its platform once per process, so comparing vLLM's own kernels with the bridge takes
+one process each: the demo, the benchmark and the tests run this module per configuration.
+
+    PLUGIN_API_BACKEND=cpu-arm-acl python -m plugin_api_vllm.generate --model DIR --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Prompt texts of the tests and the demo; the tiny models' tokenizer makes one token per byte.
+PROMPTS = (
+    "Hello, my name is",
+    "The capital of France is a city that has " * 3,
+    "In the beginning the universe was created. " * 6,
+    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n" * 5,
+)
+
+
+@dataclass
+class Run:
+    """One model's generation in one configuration."""
+
+    model: str
+    backend: str  # "vllm" (vLLM's own kernels) or the plugin-api backend id
+    dtype: str
+    compiled: bool
+    tokens: list[list[int]]
+    # per prompt, per step: (token id, raw logit) of the two highest logits
+    top2: list[list[list[tuple[int, float]]]] = field(default_factory=list)
+    start_s: float = 0.0
+    generate_s: float = 0.0
+    report: dict[str, Any] | None = None
+
+
+def _top2(output: Any) -> list[list[tuple[int, float]]]:
+    steps = []
+    for entry in output.logprobs or []:
+        best = sorted(entry.items(), key=lambda kv: kv[1].logprob, reverse=True)[:2]
+        steps.append([(int(tok), float(lp.logprob)) for tok, lp in best])
+    return steps
+
+
+def generate(
+    model: str,
+    prompts: list[str],
+    *,
+    dtype: str,
+    compiled: bool,
+    max_tokens: int,
+    top2: bool,
+    max_model_len: int,
+    extra: dict[str, Any] | None = None,
+) -> Run:
+    from vllm import LLM, SamplingParams
+
+    t0 = time.perf_counter()
+    llm = LLM(
+        model=model,
+        dtype=dtype,
+        enforce_eager=not compiled,
+        max_model_len=max_model_len,
+        seed=0,
+        # raw logits, so the tests can tell a near-tie from a real difference
+        logprobs_mode="raw_logits",
+        **(extra or {}),
+    )
+    t1 = time.perf_counter()
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=2 if top2 else None)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    t2 = time.perf_counter()
+    bridge = "PLUGIN_API_BACKEND" in os.environ
+    run = Run(
+        model=model,
+        backend="vllm",
+        dtype=dtype,
+        compiled=compiled,
+        tokens=[list(o.outputs[0].token_ids) for o in outs],
+        top2=[_top2(o.outputs[0]) for o in outs] if top2 else [],
+        start_s=t1 - t0,
+        generate_s=t2 - t1,
+    )
+    if bridge:
+        run.report = llm.collective_rpc("plugin_api_report")[0]
+        run.backend = run.report["backend"]
+    del llm
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", action="append", required=True, help="checkpoint dir (repeat)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--compiled", action="store_true", help="vLLM's compiled mode (default eager)")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--top2", action="store_true", help="record the top-2 raw logits per step")
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    # a file, not stdout: vLLM logs to stdout from its own processes
+    ap.add_argument("--json", metavar="FILE", help="write the runs as one JSON document to FILE")
+    args = ap.parse_args(argv)
+    runs = [
+        generate(
+            m,
+            list(PROMPTS),
+            dtype=args.dtype,
+            compiled=args.compiled,
+            max_tokens=args.max_tokens,
+            top2=args.top2,
+            max_model_len=args.max_model_len,
+        )
+        for m in args.model
+    ]
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in runs]))
+    else:
+        for r in runs:
+            print(f"{r.model} on {r.backend} ({r.dtype}, {'compiled' if r.compiled else 'eager'})")
+            for toks in r.tokens:
+                print("  ", toks)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

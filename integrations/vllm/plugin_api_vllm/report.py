@@ -1,0 +1,91 @@
+"""Which plugin-api implementation serves each layer of a loaded model, and how often it ran.
+
+Read in the worker process (``Worker.plugin_api_report``, reachable through vLLM's
+``collective_rpc``) and logged once when the model is loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.attention import Attention as VllmAttentionLayer
+from vllm.model_executor.layers.linear import LinearBase
+from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+from .attention import HOST_TIME, PluginApiAttentionImpl
+from .linear import PluginApiLinearMethod, PluginApiLmHeadMethod, weight
+
+
+def _entry(kind: str, prov: Any, calls: int) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "family": prov.family,
+        "impl": prov.impl,
+        "path": str(prov.path),
+        "backend": prov.backend,
+        "fallback": bool(prov.fallback),
+        "calls": calls,
+    }
+
+
+def collect(model: torch.nn.Module) -> dict[str, Any]:
+    """Every attention, linear and LM-head layer of ``model`` with what serves it.
+
+    ``engine_layers`` lists linear layers left on vLLM's own kernels (none is expected);
+    ``fallbacks`` lists layers whose plugin-api implementation is a fallback.
+    """
+    from plugin_api import select_backend
+
+    layers: dict[str, dict[str, Any]] = {}
+    engine: list[str] = []
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(module, VllmAttentionLayer):
+            impl = module.impl
+            if isinstance(impl, PluginApiAttentionImpl):
+                entry = _entry("attention", impl.attention.provenance, impl.calls)
+                entry["spec"] = impl.spec.describe()
+                layers[name] = entry
+            else:
+                engine.append(f"{name} ({type(impl).__name__})")
+        elif isinstance(method, PluginApiLinearMethod | PluginApiLmHeadMethod):
+            w = weight(method.index)
+            if w.packed is None:
+                continue  # an embedding never used as the LM head: no GEMM ran on it
+            kind = "linear" if isinstance(method, PluginApiLinearMethod) else "lm_head"
+            layers[name] = _entry(kind, w.packed.provenance, w.calls)
+            layers[name]["spec"] = w.packed.spec.describe()
+        elif isinstance(module, LinearBase | VocabParallelEmbedding):
+            engine.append(f"{name} ({type(method).__name__})")
+    sel = select_backend()
+    return {
+        "backend": sel.backend,
+        "distribution": f"{sel.distribution} {sel.version}",
+        "status": str(sel.status),
+        "layers": layers,
+        "engine_layers": engine,
+        "fallbacks": sorted(n for n, e in layers.items() if e["fallback"]),
+        "host": dict(HOST_TIME),
+    }
+
+
+def summary(report: dict[str, Any]) -> str:
+    """A few lines: per layer kind, the implementations and how many layers each serves."""
+    groups: dict[tuple[str, str], int] = collections.Counter()
+    for entry in report["layers"].values():
+        fb = " (fallback)" if entry["fallback"] else ""
+        groups[(entry["kind"], f"{entry['backend']}:{entry['impl']} [{entry['path']}]{fb}")] += 1
+    lines = [
+        f"plugin-api backend {report['backend']} ({report['distribution']}, {report['status']})"
+    ]
+    for (kind, impl), count in sorted(groups.items()):
+        lines.append(f"  {kind:<9} {impl}: {count} layer(s)")
+    if report["engine_layers"]:
+        lines.append("  on vLLM's own kernels: " + ", ".join(report["engine_layers"]))
+    if report["fallbacks"]:
+        lines.append("  fallbacks: " + ", ".join(report["fallbacks"]))
+    else:
+        lines.append("  no fallback")
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""Small Hugging Face checkpoints built locally: random weights from a fixed seed, a byte-level
+tokenizer built with ``tokenizers``. No hub access exists on the machines this runs on, and the
+bridge's tests and demo need real checkpoints that vLLM loads like any other.
+
+    python -m plugin_api_vllm.tiny_model llama /tmp/tiny-llama --layers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Model families, as (transformers config class, extra config fields).
+KINDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": None}),
+    # Mistral-style: every layer attends over a window of the last tokens
+    "sliding": ("MistralConfig", {"sliding_window": 24}),
+    # Gemma-2-style: logits soft cap in attention, sliding and global layers alternating, and
+    # the LM head tied to the embeddings
+    "softcap": (
+        "Gemma2Config",
+        {
+            "head_dim": None,
+            "attn_logit_softcapping": 20.0,
+            "final_logit_softcapping": 30.0,
+            "sliding_window": 24,
+            "query_pre_attn_scalar": 32,
+            "tie_word_embeddings": True,
+        },
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int = 2
+    hidden: int = 256
+    intermediate: int = 512
+    heads: int = 8
+    kv_heads: int = 2
+    vocab: int = 1024
+    max_positions: int = 4096
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# The end-to-end benchmark's model: 0.49B parameters, large enough not to be pure overhead.
+BENCH_SHAPE = Shape(
+    layers=8, hidden=2048, intermediate=5632, heads=32, kv_heads=8, vocab=32000, max_positions=4096
+)
+
+SPECIALS = ["<s>", "</s>"]
+
+
+def _tokenizer(vocab: int) -> Any:
+    """A byte-level tokenizer (one token per byte, no merges) padded with added tokens up to
+    ``vocab``, so every id the model can produce decodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = ByteLevel.alphabet()
+    table = {ch: i for i, ch in enumerate(SPECIALS + sorted(alphabet))}
+    if vocab < len(table):
+        raise ValueError(f"vocab={vocab} is below the {len(table)} byte-level tokens")
+    tok = Tokenizer(models.BPE(vocab=table, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS)
+    tok.add_tokens([f"<|w{i}|>" for i in range(vocab - len(table))])
+    return tok
+
+
+def build(kind: str, path: str | Path, shape: Shape = Shape(), *, seed: int = 0) -> Path:
+    """Write a ``kind`` checkpoint of ``shape`` to ``path`` (config, safetensors, tokenizer)."""
+    import transformers
+
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}; known: {', '.join(KINDS)}")
+    cls_name, extra = KINDS[kind]
+    fields = {
+        "vocab_size": shape.vocab,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "max_position_embeddings": shape.max_positions,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": False,
+        "dtype": "float32",
+        **{k: v for k, v in extra.items() if v is not None},
+        **shape.extra,
+    }
+    if "head_dim" in extra:
+        fields["head_dim"] = shape.hidden // shape.heads
+    config = getattr(transformers, cls_name)(**fields)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        # wider than the default init, so greedy tokens differ from step to step
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.08)
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=_tokenizer(shape.vocab), bos_token="<s>", eos_token="</s>"
+    )
+    fast.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    fast.save_pretrained(out)
+    (out / "plugin_api_tiny_model.json").write_text(
+        json.dumps({"kind": kind, "seed": seed, "shape": shape.__dict__}, indent=1)
+    )
+    return out
+
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "plugin-api" / "models"
+
+
+def cached(name: str, kind: str, shape: Shape) -> Path:
+    """A checkpoint built once into ``CACHE/name`` (the demo's and the benchmark's models)."""
+    path = CACHE / name
+    if not (path / "config.json").exists():
+        print(f"... building the {kind} model {name} in {path}", file=sys.stderr, flush=True)
+        build(kind, path, shape, seed=0)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kind", choices=sorted(KINDS))
+    ap.add_argument("path")
+    ap.add_argument("--layers", type=int, default=Shape.layers)
+    ap.add_argument("--bench-shape", action="store_true", help="the benchmark's 0.49B shape")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    shape = BENCH_SHAPE if args.bench_shape else Shape(layers=args.layers)
+    print(build(args.kind, args.path, shape, seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""Fixtures of the bridge's tests: tiny local checkpoints, and vLLM runs in subprocesses.
+
+vLLM picks its platform once per process, so each configuration (vLLM's own kernels, the bridge
+on a backend; eager or compiled; a dtype) is one ``python -m plugin_api_vllm.generate`` run,
+shared by every test that needs it (one engine per model and configuration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plugin_api_vllm.versions import UnsupportedVllm, check_vllm
+
+# How many GiB of KV cache vLLM may take: its default is most of the machine's memory.
+KV_SPACE_GIB = "1"
+MODELS = ("llama", "qwen3", "sliding", "softcap")
+
+
+def vllm_missing() -> str | None:
+    try:
+        check_vllm()
+    except UnsupportedVllm as e:
+        return str(e)
+    return None
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
+    env |= {"VLLM_CPU_KVCACHE_SPACE": KV_SPACE_GIB, "TOKENIZERS_PARALLELISM": "false"}
+    return env | extra
+
+
+def run_module(
+    args: list[str], env: dict[str, str], timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+# Test modules take the helpers as fixtures (conftest is not importable under importlib mode).
+@pytest.fixture(scope="session")
+def env() -> Callable[..., dict[str, str]]:
+    return base_env
+
+
+@pytest.fixture(scope="session")
+def run() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_module
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from plugin_api_vllm.tiny_model import build
+
+    root = tmp_path_factory.mktemp("models")
+    return {kind: build(kind, root / kind) for kind in MODELS}
+
+
+class Runs:
+    """vLLM generations, one subprocess per configuration, each run once per session."""
+
+    def __init__(self, models: dict[str, Path], out: Path) -> None:
+        self.models = models
+        self.out = out
+        self._done: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def get(
+        self,
+        backend: str | None,
+        *,
+        dtype: str = "float32",
+        compiled: bool = False,
+        kinds: tuple[str, ...] = MODELS,
+        strict: bool = True,
+    ) -> dict[str, dict[str, Any]]:
+        """``{kind: run}``; ``backend`` None is vLLM's own kernels."""
+        key = (backend, dtype, compiled, kinds, strict)
+        if key not in self._done:
+            out = self.out / f"run{len(self._done)}.json"
+            args = ["plugin_api_vllm.generate", "--dtype", dtype, "--top2", "--json", str(out)]
+            for kind in kinds:
+                args += ["--model", str(self.models[kind])]
+            if compiled:
+                args.append("--compiled")
+            extra = {}
+            if backend is not None:
+                extra = {"PLUGIN_API_BACKEND": backend, "PLUGIN_API_STRICT": "1" if strict else "0"}
+            r = run_module(args, base_env(**extra))
+            assert r.returncode == 0, (
+                f"vLLM run {key} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+            )
+            runs = json.loads(out.read_text())
+            self._done[key] = dict(zip(kinds, runs, strict=True))
+        return self._done[key]
+
+
+@pytest.fixture(scope="session")
+def runs(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    yield Runs(tiny_models, tmp_path_factory.mktemp("runs"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    missing = vllm_missing()
+    for item in items:
+        if "integrations/vllm" in str(item.path):
+            item.add_marker(pytest.mark.vllm)
+            if missing and "needs_vllm" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=missing))
