@@ -7,8 +7,9 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
   built locally once (random weights, fixed seed) in ~/.cache/plugin-api/models.
 - Batches 1 and 8 of distinct random prompts of 256-2048 tokens, prefix caching off (a repeated
   prompt would be served from vLLM's prefix cache and time nothing).
-- Prefill: the time of a 1-token generation. Decode: the extra time of ``--decode`` more tokens,
-  per generated token. Medians over ``--reps`` after a warm-up generation.
+- The engine is driven step by step: prefill is the time until every request of the batch has
+  its first token, decode the time after that per generated token (``--decode`` per request).
+  Medians over ``--reps`` after a warm-up generation.
 - Ceilings: decode cannot beat reading every weight once per step at the copy bandwidth;
   prefill cannot beat 2 FLOP per parameter per token at the best matmul rate.
 - Host overhead: the bridge's metadata + plan time per step, beside the decode step time.
@@ -46,6 +47,29 @@ def _prompts(lengths: list[int], seed: int, vocab: int) -> list[Any]:
     ]
 
 
+def _timed(llm: Any, prompts: list[Any], decode: int) -> tuple[float, float, int]:
+    """Drive vLLM's engine step by step: (seconds until every request has its first token,
+    seconds after that, tokens generated after that)."""
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=1 + decode, ignore_eos=True)
+    ids = [f"r{time.monotonic_ns()}-{i}" for i in range(len(prompts))]
+    for rid, prompt in zip(ids, prompts, strict=True):
+        engine.add_request(rid, prompt, params)
+    made: dict[str, int] = {}
+    t0 = time.perf_counter()
+    first: tuple[float, int] | None = None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            made[out.request_id] = len(out.outputs[0].token_ids)
+        if first is None and all(made.get(r, 0) >= 1 for r in ids):
+            first = (time.perf_counter(), sum(made.values()))
+    end = time.perf_counter()
+    assert first is not None
+    return first[0] - t0, end - first[0], sum(made.values()) - first[1]
+
+
 def measure(model: str, dtype: str, reps: int, decode: int, quick: bool) -> dict[str, Any]:
     """In this process: build the engine, time prefill and decode per batch."""
     from vllm import LLM, SamplingParams
@@ -61,36 +85,28 @@ def measure(model: str, dtype: str, reps: int, decode: int, quick: bool) -> dict
     )
     start_s = time.perf_counter() - t0
     vocab = BENCH_SHAPE.vocab
-    seed = 1
     llm.generate(_prompts([64, 80], 0, vocab), SamplingParams(max_tokens=4), use_tqdm=False)
     out: dict[str, Any] = {"start_s": start_s, "batches": {}}
+    seed = 1
     for batch, lengths in (QUICK_LENGTHS if quick else BATCH_LENGTHS).items():
-        prefill, decoded = [], []
+        prefill, decoding = [], []
         for _ in range(reps):
-            seed += 2
-            one = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-            t = time.perf_counter()
-            llm.generate(_prompts(lengths, seed, vocab), one, use_tqdm=False)
-            t_prefill = time.perf_counter() - t
-            more = SamplingParams(temperature=0.0, max_tokens=1 + decode, ignore_eos=True)
-            t = time.perf_counter()
-            llm.generate(_prompts(lengths, seed + 1, vocab), more, use_tqdm=False)
-            t_both = time.perf_counter() - t
-            prefill.append(t_prefill)
-            decoded.append(max(t_both - t_prefill, 1e-9))
+            seed += 1
+            p, d, n = _timed(llm, _prompts(lengths, seed, vocab), decode)
+            prefill.append(p)
+            decoding.append(d / n)
             print(
-                f"    batch {batch}: prefill {t_prefill:.2f} s, "
-                f"+{decode} tokens {t_both - t_prefill:.2f} s",
+                f"    batch {batch}: prefill {p:.2f} s, {n} decode tokens in {d:.2f} s",
                 file=sys.stderr,
                 flush=True,
             )
-        p, d = statistics.median(prefill), statistics.median(decoded)
+        p, per_token = statistics.median(prefill), statistics.median(decoding)
         out["batches"][str(batch)] = {
             "prompt_tokens": sum(lengths),
             "prefill_s": p,
             "prefill_tok_s": sum(lengths) / p,
-            "decode_step_s": d / decode,
-            "decode_tok_s": batch * decode / d,
+            "decode_step_s": per_token * batch,
+            "decode_tok_s": 1 / per_token,
         }
     if "PLUGIN_API_BACKEND" in os.environ:
         report = llm.collective_rpc("plugin_api_report")[0]
