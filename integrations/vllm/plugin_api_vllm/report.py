@@ -15,7 +15,7 @@ from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
 from .attention import HOST_TIME, PluginApiAttentionImpl
-from .linear import PluginApiLinearMethod, PluginApiLmHeadMethod, weight
+from .linear import served, weight
 
 
 def _entry(kind: str, prov: Any, calls: int) -> dict[str, Any]:
@@ -41,7 +41,6 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
     layers: dict[str, dict[str, Any]] = {}
     engine: list[str] = []
     for name, module in model.named_modules():
-        method = getattr(module, "quant_method", None)
         if isinstance(module, VllmAttentionLayer):
             impl = module.impl
             if isinstance(impl, PluginApiAttentionImpl):
@@ -50,15 +49,15 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
                 layers[name] = entry
             else:
                 engine.append(f"{name} ({type(impl).__name__})")
-        elif isinstance(method, PluginApiLinearMethod | PluginApiLmHeadMethod):
-            w = weight(method.index)
+        elif (route := served(module)) is not None:
+            kind, index = route
+            w = weight(index)
             if w.packed is None:
                 continue  # an embedding never used as the LM head: no GEMM ran on it
-            kind = "linear" if isinstance(method, PluginApiLinearMethod) else "lm_head"
             layers[name] = _entry(kind, w.packed.provenance, w.calls)
             layers[name]["spec"] = w.packed.spec.describe()
         elif isinstance(module, LinearBase | VocabParallelEmbedding):
-            engine.append(f"{name} ({type(method).__name__})")
+            engine.append(f"{name} ({type(getattr(module, 'quant_method', None)).__name__})")
     sel = select_backend()
     return {
         "backend": sel.backend,

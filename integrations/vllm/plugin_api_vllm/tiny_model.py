@@ -23,6 +23,9 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3": ("Qwen3Config", {"head_dim": None}),
     # Mistral-style: every layer attends over a window of the last tokens
     "sliding": ("MistralConfig", {"sliding_window": 24}),
+    # Llama with int8 W8A8 linear layers in the compressed-tensors format (per-channel weight
+    # scales, dynamic per-token activation scales), as llm-compressor writes them
+    "llama-w8a8": ("LlamaConfig", {}),
     # Gemma-2-style: logits soft cap in attention, sliding and global layers alternating, and
     # the LM head tied to the embeddings
     "softcap": (
@@ -120,10 +123,55 @@ def build(kind: str, path: str | Path, shape: Shape = Shape(), *, seed: int = 0)
         "{% if add_generation_prompt %}assistant:{% endif %}"
     )
     fast.save_pretrained(out)
+    if kind == "llama-w8a8":
+        _quantize_w8a8(out)
     (out / "plugin_api_tiny_model.json").write_text(
         json.dumps({"kind": kind, "seed": seed, "shape": shape.__dict__}, indent=1)
     )
     return out
+
+
+W8A8_CONFIG = {
+    "quant_method": "compressed-tensors",
+    "format": "int-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "channel",
+                "dynamic": False,
+            },
+            "input_activations": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "token",
+                "dynamic": True,
+            },
+        }
+    },
+    "ignore": ["lm_head"],
+}
+
+
+def _quantize_w8a8(out: Path) -> None:
+    """Rewrite a saved checkpoint's linear weights as int8 with per-channel scales."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(out / "model.safetensors")
+    for name in [n for n in weights if n.endswith("_proj.weight")]:
+        w = weights[name]
+        scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127
+        weights[name] = torch.round(w / scale).clamp(-128, 127).to(torch.int8)
+        weights[name.removesuffix("weight") + "weight_scale"] = scale.to(torch.float32)
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = W8A8_CONFIG
+    (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "plugin-api" / "models"

@@ -20,7 +20,8 @@ from plugin_api_vllm.versions import UnsupportedVllm, check_vllm
 
 # How many GiB of KV cache vLLM may take: its default is most of the machine's memory.
 KV_SPACE_GIB = "1"
-MODELS = ("llama", "qwen3", "sliding", "softcap")
+MODELS = ("llama", "qwen3", "sliding", "softcap")  # the default set of a run
+BUILT = (*MODELS, "llama-w8a8")
 
 
 def vllm_missing() -> str | None:
@@ -61,7 +62,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from plugin_api_vllm.tiny_model import build
 
     root = tmp_path_factory.mktemp("models")
-    return {kind: build(kind, root / kind) for kind in MODELS}
+    return {kind: build(kind, root / kind) for kind in BUILT}
 
 
 class Runs:
