@@ -188,6 +188,7 @@ def repo_versions(root: Path) -> dict[str, str]:
     out = {}
     found = [root / "pyproject.toml", *root.glob("plugins/*/pyproject.toml")]
     found += root.glob("docs/examples/*/pyproject.toml")
+    found += root.glob("integrations/*/pyproject.toml")
     for p in (p for p in found if p.exists()):
         project = tomllib.loads(p.read_text(encoding="utf-8")).get("project", {})
         if "name" in project and "version" in project:

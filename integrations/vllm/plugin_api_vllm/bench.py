@@ -179,7 +179,8 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> s
     lines = [
         *rows,
         "",
-        f"ceilings (this run): copy {ceil['copy_GBps']:.1f} GB/s -> bf16 decode at most "
+        f"ceilings (this run): copy {ceil['copy_GBps']:.1f} GB/s at the start, "
+        f"{ceil.get('copy_GBps_end', float('nan')):.1f} at the end -> bf16 decode at most "
         f"{ceil['copy_GBps'] * 1e9 / bf16_bytes:.1f} steps/s; matmul "
         f"{ceil['matmul_TFLOPs']:.2f} TFLOP/s -> prefill at most "
         f"{ceil['matmul_TFLOPs'] * 1e12 / (2 * params):.0f} tok/s",
