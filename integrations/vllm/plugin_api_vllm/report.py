@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.attention import Attention as VllmAttentionLayer
+from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
@@ -34,14 +35,18 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
     """Every attention, linear and LM-head layer of ``model`` with what serves it.
 
     ``engine_layers`` lists linear layers left on vLLM's own kernels (none is expected);
-    ``fallbacks`` lists layers whose plugin-api implementation is a fallback.
+    ``fallbacks`` lists layers whose plugin-api implementation is a fallback; ``outside`` lists
+    layers of a kind plugin-api has no op family for (mixtures of experts), which vLLM runs.
     """
     from plugin_api import select_backend
 
     layers: dict[str, dict[str, Any]] = {}
     engine: list[str] = []
+    outside: list[str] = []
     for name, module in model.named_modules():
-        if isinstance(module, VllmAttentionLayer):
+        if isinstance(module, RoutedExperts):
+            outside.append(f"{name} (mixture of experts)")
+        elif isinstance(module, VllmAttentionLayer):
             impl = module.impl
             if isinstance(impl, PluginApiAttentionImpl):
                 entry = _entry("attention", impl.attention.provenance, impl.calls)
@@ -67,6 +72,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
         "engine_layers": engine,
         "fallbacks": sorted(n for n, e in layers.items() if e["fallback"]),
         "host": dict(HOST_TIME),
+        "outside": outside,
     }
 
 
@@ -83,6 +89,12 @@ def summary(report: dict[str, Any]) -> str:
         lines.append(f"  {kind:<9} {impl}: {count} layer(s)")
     if report["engine_layers"]:
         lines.append("  on vLLM's own kernels: " + ", ".join(report["engine_layers"]))
+    if report["outside"]:
+        lines.append(
+            f"  not a plugin-api op family, run by vLLM: {len(report['outside'])} layer(s), "
+            + ", ".join(report["outside"][:3])
+            + (" ..." if len(report["outside"]) > 3 else "")
+        )
     if report["fallbacks"]:
         lines.append("  fallbacks: " + ", ".join(report["fallbacks"]))
     else:

@@ -26,6 +26,17 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     # Llama with int8 W8A8 linear layers in the compressed-tensors format (per-channel weight
     # scales, dynamic per-token activation scales), as llm-compressor writes them
     "llama-w8a8": ("LlamaConfig", {}),
+    # gpt-oss-style: attention sinks (a learned per-head logit in the softmax), alternating
+    # sliding and global layers, a small mixture of experts (vLLM's kernels: no plugin-api family)
+    "sinks": (
+        "GptOssConfig",
+        {
+            "head_dim": None,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 24,
+        },
+    ),
     # Gemma-2-style: logits soft cap in attention, sliding and global layers alternating, and
     # the LM head tied to the embeddings
     "softcap": (

@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.needs_vllm
 
 BRIDGED = ("reference", "cpu-arm-acl")
-MODELS = ("llama", "qwen3", "sliding", "softcap")  # the runs fixture's default set
+MODELS = ("llama", "qwen3", "sliding", "softcap", "sinks")  # the runs fixture's default set
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
