@@ -197,6 +197,8 @@ class PluginApiAttentionImpl(AttentionImpl[PluginApiAttentionMetadata]):
                 f"{tuple(raw.shape)}; plugin-api needs each layer's blocks dense "
                 "(VLLM_KV_CACHE_LAYOUT=LBHNC, no page padding)"
             )
+        if self.spec.fp8_kv and raw.dtype == torch.uint8:
+            raw = raw.view(self.spec.cache_dtype)  # vLLM keeps fp8 caches as uint8 storage
         num_blocks = int(raw.shape[0])
         data = raw.view(kv_cache_shape(self.spec, num_blocks))
         scales: dict[str, float] = {}

@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--top2", action="store_true", help="record the top-2 raw logits per step")
     ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--kv-cache-dtype", default="auto", help="vLLM's --kv-cache-dtype (fp8, ...)")
     # a file, not stdout: vLLM logs to stdout from its own processes
     ap.add_argument("--json", metavar="FILE", help="write the runs as one JSON document to FILE")
     args = ap.parse_args(argv)
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens,
             top2=args.top2,
             max_model_len=args.max_model_len,
+            extra={"kv_cache_dtype": args.kv_cache_dtype},
         )
         for m in args.model
     ]

@@ -81,12 +81,14 @@ class Runs:
         compiled: bool = False,
         kinds: tuple[str, ...] = MODELS,
         strict: bool = True,
+        kv_cache_dtype: str = "auto",
     ) -> dict[str, dict[str, Any]]:
         """``{kind: run}``; ``backend`` None is vLLM's own kernels."""
-        key = (backend, dtype, compiled, kinds, strict)
+        key = (backend, dtype, compiled, kinds, strict, kv_cache_dtype)
         if key not in self._done:
             out = self.out / f"run{len(self._done)}.json"
             args = ["plugin_api_vllm.generate", "--dtype", dtype, "--top2", "--json", str(out)]
+            args += ["--kv-cache-dtype", kv_cache_dtype]
             for kind in kinds:
                 args += ["--model", str(self.models[kind])]
             if compiled:

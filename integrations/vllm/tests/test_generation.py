@@ -49,6 +49,16 @@ def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     assert set(kinds) == {"attention", "linear-int8", "lm_head"}
 
 
+def test_fp8_kv_cache_on_cpu_arm_acl_equals_the_reference(runs: Any) -> None:
+    # vLLM's --kv-cache-dtype fp8 maps to plugin-api's fp8 cache; the contract's oracle is the
+    # reference backend (vLLM's own fp8 CPU cache rounds differently: not compared)
+    ref = runs.get("reference", kinds=("llama",), kv_cache_dtype="fp8")["llama"]
+    acl = runs.get("cpu-arm-acl", kinds=("llama",), kv_cache_dtype="fp8")["llama"]
+    assert acl["tokens"] == ref["tokens"]
+    attn = [e for e in acl["report"]["layers"].values() if e["kind"] == "attention"]
+    assert attn and all("kv=fp8" in e["spec"] and e["path"] == "native" for e in attn)
+
+
 def native_served(report: dict[str, Any], backend: str) -> dict[str, set[str]]:
     """Implementations per layer kind, after checking that every one is native and ran."""
     assert report["engine_layers"] == [] and report["fallbacks"] == []
