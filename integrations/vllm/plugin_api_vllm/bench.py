@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .generate import positive
 from .tiny_model import BENCH_SHAPE, cached
 
 BATCH_LENGTHS = {1: [2048], 8: [256, 512, 768, 1024, 1280, 1536, 1792, 2048]}
@@ -203,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="an HF model dir (default: the 0.49B model)")
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--dtype", default="bfloat16", help=argparse.SUPPRESS)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--decode", type=int, default=32, help="decode tokens per request")
+    ap.add_argument("--reps", type=positive, default=3)
+    ap.add_argument("--decode", type=positive, default=32, help="decode tokens per request")
     ap.add_argument("--quick", action="store_true", help="shorter prompts, for a smoke run")
     ap.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
     ap.add_argument("--side", help=argparse.SUPPRESS)  # one configuration, in this process

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .generate import PROMPTS
+from .generate import PROMPTS, positive
 from .tiny_model import Shape, cached
 
 DEMO_SHAPE = Shape(layers=4, hidden=512, intermediate=1408, heads=8, kv_heads=2, vocab=2048)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=os.environ.get("MODEL") or None, help="an HF model dir")
     ap.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: by CPU)")
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=positive, default=32)
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     bridge = os.environ.get("PLUGIN_API_BACKEND", "auto")

@@ -97,14 +97,22 @@ def generate(
     return run
 
 
+def positive(text: str) -> int:
+    """argparse type: a whole number >= 1 (argparse names the option in its error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a whole number >= 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="append", required=True, help="checkpoint dir (repeat)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--compiled", action="store_true", help="vLLM's compiled mode (default eager)")
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=positive, default=32)
     ap.add_argument("--top2", action="store_true", help="record the top-2 raw logits per step")
-    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--max-model-len", type=positive, default=1024)
     ap.add_argument("--kv-cache-dtype", default="auto", help="vLLM's --kv-cache-dtype (fp8, ...)")
     # a file, not stdout: vLLM logs to stdout from its own processes
     ap.add_argument("--json", metavar="FILE", help="write the runs as one JSON document to FILE")

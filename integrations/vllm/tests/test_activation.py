@@ -31,6 +31,7 @@ def test_not_opted_in_leaves_vllm_alone(env: Any) -> None:
     assert activate_in(env()) == {"path": None, "selection": None}
 
 
+@pytest.mark.needs_vllm
 def test_opt_in_selects_once_and_hands_the_selection_to_workers(env: Any) -> None:
     out = activate_in(env(PLUGIN_API_BACKEND="reference"))
     assert out["path"] == "plugin_api_vllm.platforms.cpu.CpuPlatform"
@@ -101,3 +102,15 @@ def test_platform_paths_cover_every_device() -> None:
     assert activation.platform_for("xpu", "xpu").endswith("XpuPlatform")
     with pytest.raises(ValueError, match="device type 'tpu'"):
         activation.platform_for("x", "tpu")
+
+
+BAD_COUNTS = [
+    ["plugin_api_vllm.bench", "--reps", "0"],
+    ["plugin_api_vllm.demo", "--max-tokens", "-1"],
+]
+
+
+@pytest.mark.parametrize("args", BAD_COUNTS)
+def test_bad_counts_are_refused_naming_the_option(env: Any, run: Any, args: list[str]) -> None:
+    r = run(args, env())
+    assert r.returncode == 2 and f"argument {args[1]}" in r.stderr and ">= 1" in r.stderr
