@@ -228,6 +228,11 @@ class Resolved:
     registry: Registry
     settings: Settings
 
+    @property
+    def reused(self) -> bool:
+        """True when this process took a serialised selection and probed nothing."""
+        return self.settings.selection_json is not None
+
 
 _lock = threading.Lock()
 _resolved: Resolved | None = None
@@ -261,7 +266,9 @@ def current() -> Resolved:
                 _resolved = _reuse(settings)
             else:
                 _resolved = resolve(settings)
-            for note in _resolved.selection.notes:
+            # the process that selected warns; workers reusing its choice stay quiet
+            notes = () if _resolved.reused else _resolved.selection.notes
+            for note in notes:
                 if "experimental" in note and _resolved.selection.backend in note:
                     warnings.warn(note, PluginApiWarning, stacklevel=3)
         return _resolved

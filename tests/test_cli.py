@@ -174,3 +174,7 @@ def test_experimental_backend_warns_once(tmp_path: Path, status: str):
     out = run_select({"PLUGIN_API_BACKEND": "fx-exp"}, site)
     assert json.loads(out["selection"])["backend"] == "fx-exp"
     assert out["warnings"] == ["fx-exp is experimental on this machine (runs, not validated)"]
+    # a worker process reusing the choice does not warn again: once per selection, not per process
+    worker = run_select({"PLUGIN_API_SELECTION": out["selection"]}, site)
+    assert worker["selection"] == out["selection"]
+    assert worker["probed"] == [] and worker["warnings"] == []
