@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .generate import positive
+from .generate import positive, side_env
 from .tiny_model import BENCH_SHAPE, cached
 
 BATCH_LENGTHS = {1: [2048], 8: [256, 512, 768, 1024, 1280, 1536, 1792, 2048]}
@@ -134,11 +134,7 @@ def ceilings(params: int) -> dict[str, float]:
 
 
 def _side(model: str, dtype: str, bridge: str | None, args: argparse.Namespace) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    if bridge is not None:
-        env |= {k: v for k, v in os.environ.items() if k.startswith("PLUGIN_API_")}
-        env["PLUGIN_API_BACKEND"] = bridge
+    env = side_env(bridge, "4")
     name = f"plugin-api {bridge}" if bridge else "vllm"
     print(f"... {name} {dtype}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:

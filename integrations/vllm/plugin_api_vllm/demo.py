@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .generate import PROMPTS, positive
+from .generate import PROMPTS, positive, side_env
 from .tiny_model import Shape, cached
 
 DEMO_SHAPE = Shape(layers=4, hidden=512, intermediate=1408, heads=8, kv_heads=2, vocab=2048)
@@ -34,11 +34,7 @@ def default_dtype() -> str:
 
 
 def _run(model: str, dtype: str, max_tokens: int, bridge: str | None) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    if bridge is not None:
-        env |= {k: v for k, v in os.environ.items() if k.startswith("PLUGIN_API_")}
-        env["PLUGIN_API_BACKEND"] = bridge
+    env = side_env(bridge, "2")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         args = ["--model", model, "--dtype", dtype, "--max-tokens", str(max_tokens)]

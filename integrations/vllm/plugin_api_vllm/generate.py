@@ -40,7 +40,8 @@ class Run:
     top2: list[list[list[tuple[int, float]]]] = field(default_factory=list)
     start_s: float = 0.0
     generate_s: float = 0.0
-    report: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None  # the first worker's (rank 0)
+    reports: list[dict[str, Any]] = field(default_factory=list)  # every worker's
 
 
 def _top2(output: Any) -> list[list[tuple[int, float]]]:
@@ -91,10 +92,23 @@ def generate(
         generate_s=t2 - t1,
     )
     if bridge:
-        run.report = llm.collective_rpc("plugin_api_report")[0]
+        run.reports = llm.collective_rpc("plugin_api_report")
+        run.report = run.reports[0]
         run.backend = run.report["backend"]
     del llm
     return run
+
+
+def side_env(bridge: str | None, kv_cache_gib: str) -> dict[str, str]:
+    """The environment of a vLLM process: vLLM's own kernels (``bridge`` None, no PLUGIN_API_
+    variable reaches it) or the bridge on backend ``bridge`` with the caller's plugin-api settings.
+    ``VLLM_CPU_KVCACHE_SPACE`` defaults to ``kv_cache_gib`` (vLLM's own default is most of RAM)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", kv_cache_gib)
+    if bridge is not None:
+        env |= {k: v for k, v in os.environ.items() if k.startswith("PLUGIN_API_")}
+        env["PLUGIN_API_BACKEND"] = bridge
+    return env
 
 
 def positive(text: str) -> int:
@@ -114,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top2", action="store_true", help="record the top-2 raw logits per step")
     ap.add_argument("--max-model-len", type=positive, default=1024)
     ap.add_argument("--kv-cache-dtype", default="auto", help="vLLM's --kv-cache-dtype (fp8, ...)")
+    ap.add_argument(
+        "--tensor-parallel-size",
+        type=positive,
+        default=1,
+        help="vLLM's tensor parallelism: worker processes over torch.distributed (CPU: set "
+        "VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1', where the machine has one NUMA node)",
+    )
     # a file, not stdout: vLLM logs to stdout from its own processes
     ap.add_argument("--json", metavar="FILE", help="write the runs as one JSON document to FILE")
     args = ap.parse_args(argv)
@@ -126,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens,
             top2=args.top2,
             max_model_len=args.max_model_len,
-            extra={"kv_cache_dtype": args.kv_cache_dtype},
+            extra={
+                "kv_cache_dtype": args.kv_cache_dtype,
+                "tensor_parallel_size": args.tensor_parallel_size,
+            },
         )
         for m in args.model
     ]

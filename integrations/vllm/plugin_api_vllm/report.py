@@ -38,7 +38,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
     ``fallbacks`` lists layers whose plugin-api implementation is a fallback; ``outside`` lists
     layers of a kind plugin-api has no op family for (mixtures of experts), which vLLM runs.
     """
-    from plugin_api import select_backend
+    from plugin_api.selection import current
 
     layers: dict[str, dict[str, Any]] = {}
     engine: list[str] = []
@@ -63,9 +63,14 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
             layers[name]["spec"] = w.packed.spec.describe()
         elif isinstance(module, LinearBase | VocabParallelEmbedding):
             engine.append(f"{name} ({type(getattr(module, 'quant_method', None)).__name__})")
-    sel = select_backend()
+    resolved = current()
+    sel = resolved.selection
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     return {
         "backend": sel.backend,
+        # a worker takes the first process's selection (PLUGIN_API_SELECTION), never probes
+        "selection_reused": resolved.reused,
+        "rank": rank,
         "distribution": f"{sel.distribution} {sel.version}",
         "status": str(sel.status),
         "layers": layers,
