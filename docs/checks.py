@@ -40,7 +40,6 @@ from pathlib import Path
 
 import tomllib  # Python 3.11+: the docs checks run on the CI interpreter
 from markdown_it.token import Token
-from packaging.version import InvalidVersion, Version
 
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:  # run as ``python docs/checks.py``: ci/ lives at the root
@@ -49,7 +48,6 @@ if str(_ROOT) not in sys.path:  # run as ``python docs/checks.py``: ci/ lives at
 # The parsing is shared with ``ci.pins`` (one place: ci/docblocks.py).
 from ci.docblocks import (  # noqa: E402
     ASSIGN,
-    DIGEST,
     PINS,
     RUNNABLE,
     Block,
@@ -58,6 +56,7 @@ from ci.docblocks import (  # noqa: E402
     doc_files,
     parse,
     parse_pins,
+    pin_problem,
     pins_blocks,
 )
 
@@ -178,7 +177,6 @@ def check_excerpt(root: Path, rel: str, block: Block) -> list[Finding]:
 
 # ---- pins ----------------------------------------------------------------------------------------
 
-_REVISION = re.compile(r"^[0-9a-f]{40}$")
 _ANY_DIGEST = re.compile(r"sha256:([0-9A-Za-z]*)")
 
 
@@ -202,20 +200,9 @@ def check_pin_values(
 ) -> list[Finding]:
     findings = []
     for name, (line, value) in pins.items():
-        problem = None
-        if name.endswith("_DIGEST") and not DIGEST.match(value):
-            problem = f"{name}={value!r} is not sha256: followed by 64 lowercase hex digits"
-        elif name.endswith("_REVISION") and not _REVISION.match(value):
-            problem = f"{name}={value!r} is not a 40-hex-digit commit"
-        elif name in versions and value != versions[name]:
+        problem = pin_problem(name, value)
+        if problem is None and name in versions and value != versions[name]:
             problem = f"{name}={value!r} but the repository's pyproject.toml says {versions[name]}"
-        elif name.endswith("_VERSION"):
-            try:
-                Version(value)
-                if not value[:1].isdigit():
-                    raise InvalidVersion(value)
-            except InvalidVersion:
-                problem = f"{name}={value!r} is not a version such as 1.2.3"
         if problem:
             findings.append(Finding(rel, line, "pins", problem))
     return findings

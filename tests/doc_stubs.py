@@ -13,8 +13,18 @@ guide fails its test.
   one ``get`` at a time: PROVISIONING, STARTING, RUNNING (the log up to the ready report),
   RUNNING, then COMPLETED or FAILED (the whole log). An image not pinned by digest never leaves
   STARTING, like a failed pull.
+- ``nebius ai endpoint create|get|get-by-name|list|logs|delete``: ``create`` records the
+  endpoint (its token and its ``vllm serve`` arguments included); each ``get`` reveals the next
+  state: PROVISIONING (no URL), STARTING (the URL, ``$STUB_ENDPOINT_URL``), then RUNNING, which
+  says nothing about the model: ``FakeEndpoint`` answers for it. ``logs`` has the lines vLLM and
+  the bridge print while loading. Reads of an endpoint carry its token (``.spec.auth_token``),
+  as the real ones do, so a guide that prints them raw leaks it.
 - ``aws s3 cp s3://BUCKET/PREFIX/ DEST --recursive --endpoint-url URL`` copies from that folder.
-- ``skopeo inspect --format {{.Digest}} docker://REPO@DIGEST`` prints the digest.
+- ``skopeo inspect [--format {{.Digest}}] docker://REPO@DIGEST`` prints the digest, or the
+  image's JSON with the version labels ``docs/deploy/serving.Dockerfile`` sets (older ones in
+  ``old-image``).
+- ``curl``: requests to the Hugging Face API are answered here (a revision exists unless the
+  scenario is ``bad-revision``); any other URL goes to the real curl.
 - Inside the container: ``nvidia-smi``; ``plugin-api doctor --json`` (canned per
   ``$STUB_SCENARIO``: ``pass``, ``unavailable``, ``kit-fails``, ``old-image``; ``no-pull``
   keeps the job STARTING) and
@@ -23,15 +33,19 @@ guide fails its test.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
-HOST_TOOLS = ("nebius", "aws", "skopeo")
+HOST_TOOLS = ("nebius", "aws", "skopeo", "curl")
 CONTAINER_TOOLS = ("nvidia-smi", "plugin-api", "pytest")
 TIMELINE = ("PROVISIONING", "STARTING", "RUNNING", "RUNNING")  # then the terminal state
 LIVE = {"PROVISIONING", "STARTING", "RUNNING"}
@@ -98,7 +112,8 @@ class Flags:
 
 def _load(state: Path) -> dict:
     f = state / "nebius.json"
-    return json.loads(f.read_text()) if f.exists() else {"jobs": {}, "seq": 0}
+    data = json.loads(f.read_text()) if f.exists() else {}
+    return {"jobs": {}, "endpoints": {}, "seq": 0} | data
 
 
 def _save(state: Path, data: dict) -> None:
@@ -182,6 +197,8 @@ def nebius(argv: list[str], state: Path) -> int:
     if argv == ["config", "get", "parent-id"]:
         print("project-e00stub")
         return 0
+    if argv[:2] == ["ai", "endpoint"] and len(argv) >= 3:
+        return endpoint(argv[2], argv[3:], state)
     if argv[:2] != ["ai", "job"] or len(argv) < 3:
         return fail(f"nebius {' '.join(argv)}: unsupported command")
     verb, rest = argv[2], argv[3:]
@@ -272,6 +289,222 @@ def nebius(argv: list[str], state: Path) -> int:
     return 0
 
 
+# ---- nebius ai endpoint --------------------------------------------------------------------------
+
+ENDPOINT_TIMELINE = ("PROVISIONING", "STARTING")  # then RUNNING, whatever the model does
+ENDPOINT_CREATE_FLAGS = {
+    "parent-id", "name", "image", "platform", "preset", "container-port", "container-command",
+    "args", "env", "auth", "token", "disk-size", "shm-size", "subnet-id", "volume",
+}  # fmt: skip
+ENDPOINT_BOOLEANS = {"async", "dry-run", "public", "preemptible"}
+
+
+def _endpoint_state(ep: dict[str, Any]) -> str:
+    if os.environ.get("STUB_SCENARIO") == "no-capacity":
+        return "PROVISIONING"
+    if ep["step"] < len(ENDPOINT_TIMELINE):
+        return ENDPOINT_TIMELINE[ep["step"]]
+    return "RUNNING"
+
+
+def _endpoint_view(ep: dict[str, Any]) -> dict[str, Any]:
+    state = _endpoint_state(ep)
+    urls = [] if state == "PROVISIONING" else [os.environ["STUB_ENDPOINT_URL"]]
+    return {
+        "metadata": {"id": ep["id"], "name": ep["name"], "parent_id": ep["parent"]},
+        "spec": ep["spec"] | {"auth_token": ep["spec"]["token"]},
+        "status": {"state": state, "public_endpoints": urls},
+    }
+
+
+def endpoint_log(ep: dict[str, Any]) -> list[str]:
+    """What vLLM and the bridge print while the endpoint loads its model."""
+    env = dict(e.partition("=")[::2] for e in ep["spec"]["env"])
+    backend = env.get("PLUGIN_API_BACKEND")
+    lines = [f"INFO vllm serve {ep['spec']['args']}"]
+    if backend and os.environ.get("STUB_SCENARIO") != "no-plugin":
+        status = (
+            "experimental" if os.environ.get("STUB_SCENARIO") == "experimental" else "validated"
+        )
+        lines += [
+            "(EngineCore pid=97) INFO [bridge.py:31] plugin-api serves this model:",
+            f"plugin-api backend {backend} (plugin-api-{backend} 0.1.0, {status})",
+            f"  attention {backend}:flashinfer [native]: 28 layer(s)",
+            "  no fallback",
+        ]
+    return [*lines, "INFO Application startup complete."]
+
+
+def endpoint(verb: str, rest: list[str], state: Path) -> int:
+    data = _load(state)
+    endpoints = data["endpoints"]
+    try:
+        if verb == "create":
+            f = Flags(rest, ENDPOINT_CREATE_FLAGS, ENDPOINT_BOOLEANS)
+        elif verb in ("get-by-name", "list"):
+            f = Flags(rest, {"name", "parent-id", "format"})
+        elif verb == "get":
+            f = Flags(rest, {"format"})
+        elif verb == "logs":
+            f = Flags(rest, {"tail", "since", "until"}, {"timestamps"})
+        elif verb == "delete":
+            f = Flags(rest, set(), {"async"})
+        else:
+            return fail(f"nebius ai endpoint {verb}: unsupported command")
+    except LookupError as e:
+        return fail(f"nebius ai endpoint {verb}: {e}")
+    if verb == "create":
+        name, image = f.one("name"), f.one("image")
+        if not name or not image:
+            return fail("ai endpoint create: --name and --image are required")
+        if f.one("auth") == "token" and len(f.all("container-port")) != 1:
+            return fail("ai endpoint create: token auth needs exactly one HTTP port", 1)
+        if f.one("auth") not in (None, "none", "token"):
+            return fail(f"ai endpoint create: --auth {f.one('auth')}: none or token")
+        if any(j["name"] == name for j in endpoints.values()):
+            return fail(f"AlreadyExists: an endpoint named {name} exists", 1)
+        spec = {
+            "image": image,
+            "platform": f.one("platform"),
+            "preset": f.one("preset"),
+            "ports": f.all("container-port"),
+            "command": f.one("container-command"),
+            "args": f.one("args", ""),
+            "env": f.all("env"),
+            "auth": f.one("auth", "none"),
+            "token": f.one("token", ""),
+            "disk_size": f.one("disk-size"),
+            "shm_size": f.one("shm-size"),
+            "public": f.one("public", "false") != "false",
+        }
+        if f.one("dry-run"):
+            print(json.dumps({"dry_run": True, "spec": spec}))
+            return 0
+        data["seq"] += 1
+        ep_id = f"aiendpoint-e00stub{data['seq']:04d}"
+        endpoints[ep_id] = {
+            "id": ep_id, "name": name, "parent": f.one("parent-id"), "spec": spec, "step": 0
+        }  # fmt: skip
+        _save(state, data)
+        print(json.dumps({"id": f"aiop-e00stub{data['seq']:04d}", "resource_id": ep_id}))
+        return 0
+    if verb == "list":
+        items = [_endpoint_view(e) for e in endpoints.values() if e["parent"] == f.one("parent-id")]
+        return _emit({"items": items} if items else {}, f.one("format"))  # empty: bare {}
+    if verb == "get-by-name":
+        ep = next((e for e in endpoints.values() if e["name"] == f.one("name")), None)
+        if ep is None:
+            return fail(f"NotFound: no endpoint named {f.one('name')}", 1)
+        return _emit(_endpoint_view(ep), f.one("format"))
+    ep = endpoints.get(f.positional[0] if f.positional else "")
+    if ep is None:
+        return fail(f"rpc error: code = NotFound desc = endpoint {f.positional[:1]} not found", 1)
+    if verb == "get":
+        view = _endpoint_view(ep)
+        ep["step"] += 1
+        _save(state, data)
+        return _emit(view, f.one("format"))
+    if verb == "logs":
+        lines = endpoint_log(ep) if _endpoint_state(ep) == "RUNNING" else []
+        tail = int(f.one("tail", "0") or 0)
+        print("\n".join(lines[-tail:] if tail else lines))
+        return 0
+    del endpoints[ep["id"]]  # delete: synchronous, as without --async
+    _save(state, data)
+    print("{}")
+    return 0
+
+
+class FakeEndpoint:
+    """An endpoint's HTTPS URL: Nebius's token check in front of vLLM's OpenAI-compatible server.
+
+    It serves what the recorded endpoint was told (``vllm serve MODEL ...``) and behaves per
+    scenario: ``pass`` (the ingress answers 404 once, /health 503 while loading, then ready),
+    ``never-loads`` (/health 503 for ever), ``wrong-model`` (serves another model),
+    ``completion-fails`` (500 on every completion), ``open`` (no token check). ``requests``
+    lists what it was asked, in order."""
+
+    LOADING = 1  # /health answers 503 this many times after the ingress's first 404
+
+    def __init__(self, state: Path, scenario: str, cert: Path, key: Path) -> None:
+        self.state, self.scenario = state, scenario
+        self.requests: list[dict[str, Any]] = []
+        self._health = 0
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake._answer(self, None)
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                fake._answer(self, json.loads(self.rfile.read(n) or b"null"))
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeEndpoint:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _answer(self, h: http.server.BaseHTTPRequestHandler, body: Any) -> None:
+        eps = list(_load(self.state)["endpoints"].values())
+        spec = eps[0]["spec"] if eps else None
+        token = f"Bearer {spec['token']}" if spec and spec["auth"] == "token" else None
+        authorized = self.scenario == "open" or token is None or h.headers["Authorization"] == token
+        self.requests.append(
+            {"method": h.command, "path": h.path, "authorized": authorized, "body": body}
+        )
+        code, reply = self._route(h.path, body, spec, authorized)
+        self.requests[-1]["status"] = code
+        raw = json.dumps(reply).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(raw)))
+        h.end_headers()
+        h.wfile.write(raw)
+
+    def _route(
+        self, path: str, body: Any, spec: dict[str, Any] | None, authorized: bool
+    ) -> tuple[int, Any]:
+        if spec is None:
+            return 404, {"error": "no such endpoint"}
+        if not authorized:
+            return 401, {"error": "missing or invalid token"}
+        words = spec["args"].split(" ")
+        served = "other/model" if self.scenario == "wrong-model" else words[1]
+        if path == "/health":
+            self._health += 1
+            if self._health == 1:
+                return 404, {"error": "no route yet"}  # the URL exists before the ingress routes
+            if self.scenario == "never-loads" or self._health <= 1 + self.LOADING:
+                return 503, {"error": "loading"}
+            return 200, {}
+        if path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": served, "object": "model"}]}
+        if path in ("/v1/completions", "/v1/chat/completions"):
+            if not isinstance(body, dict) or body.get("model") != served:
+                return 404, {"error": {"message": f"The model does not exist: {body!r}"}}
+            if self.scenario == "completion-fails":
+                return 500, {"error": {"message": "CUDA error: an illegal memory access"}}
+            if path == "/v1/completions":
+                return 200, {"choices": [{"index": 0, "text": " there"}]}
+            msg = {"role": "assistant", "content": "A GPU is a processor built for parallel work."}
+            return 200, {"choices": [{"index": 0, "message": msg}]}
+        return 404, {"error": f"no route {path}"}
+
+
 # ---- the other host tools ------------------------------------------------------------------------
 
 
@@ -294,13 +527,51 @@ def aws(argv: list[str], state: Path) -> int:
     return 0
 
 
+def image_labels(old: bool = False) -> dict[str, str]:
+    """The version labels docs/deploy/serving.Dockerfile sets, from its ARG defaults."""
+    text = (Path(__file__).resolve().parents[1] / "docs/deploy/serving.Dockerfile").read_text()
+    args = dict(re.findall(r"^ARG ([A-Z0-9_]+)=(\S+)$", text, re.MULTILINE))
+    labels = re.findall(r"(org\.plugin-api\.version\.[a-z0-9-]+)=\$\{([A-Z0-9_]+)\}", text)
+    out = {label: args[arg] for label, arg in labels}
+    if old:
+        out["org.plugin-api.version.plugin-api-vllm"] = "0.0.9"
+    return out
+
+
 def skopeo(argv: list[str], state: Path) -> int:
-    if len(argv) != 4 or argv[:3] != ["inspect", "--format", "{{.Digest}}"]:
+    fmt = argv[2] if argv[1:2] == ["--format"] else None
+    if (
+        argv[:1] != ["inspect"]
+        or len(argv) != (4 if fmt else 2)
+        or fmt not in (None, "{{.Digest}}")
+    ):
         return fail(f"skopeo {' '.join(argv)}: unsupported command")
-    m = re.fullmatch(r"docker://[^@]+@(sha256:[0-9a-f]{64})", argv[3])
+    m = re.fullmatch(r"docker://[^@]+@(sha256:[0-9a-f]{64})", argv[-1])
     if m is None:
-        return fail(f"skopeo: {argv[3]} is not docker://REPO@sha256:DIGEST", 1)
-    print(m[1])
+        return fail(f"skopeo: {argv[-1]} is not docker://REPO@sha256:DIGEST", 1)
+    if fmt:
+        print(m[1])
+        return 0
+    labels = image_labels(old=os.environ.get("STUB_SCENARIO") == "old-image")
+    print(json.dumps({"Digest": m[1], "Architecture": "amd64", "Labels": labels}, indent=2))
+    return 0
+
+
+HUB_REVISION = re.compile(r"https://huggingface\.co/api/models/([^/]+/[^/]+)/revision/([^/?]+)")
+
+
+def curl(argv: list[str]) -> int:
+    """The Hugging Face API answered here; every other request goes to the real curl."""
+    hub = next((m for m in map(HUB_REVISION.fullmatch, argv) if m), None)
+    if hub is None:
+        real = shutil.which("curl", path="/usr/bin:/bin")
+        if real is None:
+            return fail("no real curl in /usr/bin or /bin (apt-get install curl)", 127)
+        os.execv(real, [real, *argv])
+    if os.environ.get("STUB_SCENARIO") == "bad-revision":
+        print(f"curl: (22) The requested URL returned error: 404 ({hub[0]})", file=sys.stderr)
+        return 22
+    print(json.dumps({"id": hub[1], "sha": hub[2], "private": False}))
     return 0
 
 
@@ -358,6 +629,8 @@ def main(argv: list[str]) -> int:
         return aws(args, state)
     if tool == "skopeo":
         return skopeo(args, state)
+    if tool == "curl":
+        return curl(args)
     if tool == "nvidia-smi":
         print("NVIDIA H200, 570.124.06, 143771 MiB")
         return 0

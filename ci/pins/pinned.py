@@ -4,7 +4,10 @@ Every ``<P>_DIGEST`` pin in a pins block is an image digest, and needs two sibli
 same block: ``<P>_REPO`` (``[host[:port]/]path``) and ``<P>_TAG`` (the tag whose digest the pin
 follows). ``<P>_DIGEST_IS_PLACEHOLDER`` (``0`` or ``1``) marks a digest that names no published
 image yet. A digest that cannot be checked (a sibling missing, a malformed value) is a
-``Finding``, never skipped.
+``Finding``, never skipped. So is any other pin whose value is not of its kind
+(``ci.docblocks.pin_problem``: a ``*_VERSION`` that is no release version, a ``*_REVISION``
+that is no 40-hex commit): those are not looked up anywhere, but a guide's pins are checked
+as a whole.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.docblocks import DIGEST, Finding, blocks, parse_pins, pins_blocks
+from ci.docblocks import DIGEST, Finding, blocks, parse_pins, pin_problem, pins_blocks
 
 SUFFIX = "_DIGEST"
 PLACEHOLDER_SUFFIX = "_DIGEST_IS_PLACEHOLDER"
@@ -55,6 +58,10 @@ def read(files: Iterable[Path]) -> tuple[list[PinnedImage], list[Finding]]:
         for block in pins_blocks(blocks(path)):
             pins, bad = parse_pins(doc, block)
             findings += bad
+            for name, (line, value) in pins.items():
+                problem = None if name.endswith(SUFFIX) else pin_problem(name, value)
+                if problem:  # a digest's own problems are _image's, with its siblings'
+                    findings.append(Finding(doc, line, "pins", problem))
             for name in sorted(n[: -len(SUFFIX)] for n in pins if n.endswith(SUFFIX)):
                 image = _image(doc, name, pins)
                 if isinstance(image, Finding):

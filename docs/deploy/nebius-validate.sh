@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The job of docs/deploy/nebius-serverless.md, run inside the plugin image on the rented GPU:
+# The job of docs/deploy/nebius-validate-job.md, run inside the plugin image on the rented GPU:
 # `plugin-api doctor`, the conformance kit, then the benchmark. It reports on its log with two
 # marker lines, each followed by one JSON object, which the guide waits for:
 #   PLUGIN_API_JOB ready {...}   doctor selected $PLUGIN_API_BACKEND here, from the pinned versions

@@ -198,9 +198,12 @@ COPY link /link
     assert by_path["app.py"]["type"] == "file"  # a top-level symlink source is followed
 
 
+SERVING = "docs/deploy/serving.Dockerfile"  # the Nebius serving guide's image
+
+
 def test_repo_dockerfiles_key_and_cli_json() -> None:
-    for plugin in ("rocm", "cuda-sm90"):
-        dockerfile = f"plugins/{plugin}/docker/Dockerfile"
+    images = [(f"plugins/{p}/docker/Dockerfile", p) for p in ("rocm", "cuda-sm90")]
+    for dockerfile, plugin in [*images, (SERVING, "cuda-sm90")]:
         out = subprocess.run(
             [sys.executable, "-m", "ci.images", "key", "--json", dockerfile],
             cwd=REPO,
@@ -220,6 +223,8 @@ def test_repo_dockerfiles_key_and_cli_json() -> None:
         assert any(p.startswith(f"plugins/{plugin}/plugin_api_") for p in paths)
         assert not any("__pycache__" in p or ".egg-info" in p for p in paths)
         assert all(p.split("@")[1].startswith("sha256:") for p in record["parents"])
+        if dockerfile == SERVING:  # the bridge goes in too, from the checkout
+            assert "integrations/vllm/plugin_api_vllm/ready.py" in paths
 
 
 def test_automatic_platform_args(tmp_path: Path) -> None:

@@ -80,6 +80,7 @@ def test_lint_findings() -> None:
 def test_repo_dockerfiles_pass_the_lint() -> None:
     for plugin in ("rocm", "cuda-sm90"):
         assert lint(REPO / "plugins" / plugin / "docker" / "Dockerfile") == []
+    assert lint(REPO / "docs" / "deploy" / "serving.Dockerfile") == []
 
 
 def test_lint_cli_exit_codes(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from .faulty import FaultyProxy, Rule
 from .oci import delete_manifest, push_image
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NEBIUS = REPO_ROOT / "docs" / "deploy" / "nebius-serverless.md"
+GUIDES = ("nebius-serverless.md", "nebius-validate-job.md")  # serving (endpoint), validation (job)
 PLACEHOLDER = "sha256:" + "0" * 64
 
 
@@ -199,6 +199,8 @@ def test_exit_code_precedence(statuses: list[Status], strict: bool, code: int) -
         ('IMAGE_REPO="h.io/x"\nIMAGE_TAG="bad tag!"\nIMAGE_DIGEST="{d}"', "not a valid OCI tag"),
         ('IMAGE_REPO="x"\nIMAGE_TAG="v1"\nIMAGE_DIGEST="{d}"', "names no registry host"),
         ("echo not a pin", "not a NAME=value pin"),
+        ('VLLM_VERSION="latest"', "is not a version such as 1.2.3"),
+        ('MODEL_REVISION="main"', "is not a 40-hex-digit commit"),
     ],
 )
 def test_pins_that_cannot_be_checked_are_invalid(
@@ -249,14 +251,34 @@ def test_the_repository_pins_are_checked_and_the_placeholder_is_reported() -> No
 
     r = run()
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.startswith("placeholder    docs/deploy/nebius-serverless.md:")
+    lines = r.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == [f"placeholder    docs/deploy/{g}" for g in GUIDES]
     assert run("--strict").returncode == 12
 
 
-def test_the_guide_follows_the_stable_alias() -> None:
-    block = pins_blocks(blocks(NEBIUS))[0]
-    pins, bad = parse_pins("nebius", block)
+@pytest.mark.parametrize("guide", GUIDES)
+def test_the_guides_follow_the_stable_alias(guide: str) -> None:
+    block = pins_blocks(blocks(REPO_ROOT / "docs" / "deploy" / guide))[0]
+    pins, bad = parse_pins(guide, block)
     assert bad == [] and pins["IMAGE_TAG"][1] == STABLE_TAG
+
+
+def test_every_other_pin_of_a_guide_is_checked_for_its_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Versions and revisions are not looked up, but one that is not of its kind is invalid."""
+    doc = tmp_path / "g.md"
+    guide(doc, ("IMAGE", "h.io/x", "stable", PLACEHOLDER, "1"))
+    text = doc.read_text()
+    pins = 'VLLM_VERSION="0.32.0"\nMODEL_REVISION="' + "c" * 40 + '"\n'
+    doc.write_text(text.replace("```bash pins\n", "```bash pins\n" + pins, 1))
+    rc, data = check(capsys, str(doc))
+    assert rc == 0 and data["counts"] == {"placeholder": 1}
+    doc.write_text(text.replace("```bash pins\n", '```bash pins\nVLLM_VERSION="v0.32"\n', 1))
+    rc, data = check(capsys, str(doc))
+    assert rc == 1 and data["counts"] == {"invalid": 1, "placeholder": 1}
+    (bad,) = [r for r in data["results"] if r["status"] == "invalid"]
+    assert bad["line"] == 4 and "VLLM_VERSION='v0.32' is not a version" in bad["detail"]
 
 
 def test_the_documented_job_reads_fields_the_check_writes(
