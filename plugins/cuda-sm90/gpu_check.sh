@@ -13,6 +13,9 @@
 #   targets   issue targets: decode K/V bytes/s vs copy bandwidth, LM head 40x4096x248320
 #   overhead  eager decode step vs graph replay, and a cProfile of eager steps (into targets.log)
 #   bench     `plugin-api bench --op attention --op gemm` (if this checkout has the verb)
+#   serve     vLLM's OpenAI server on the bridge (plugin-api-vllm) on CUDA: a tiny local model,
+#             the readiness tool, one completion, SIGTERM (into setup.log). Needs a vLLM CUDA
+#             build beside this machine's torch; where none imports it says so and exits 3.
 # STAGES="kit gpu" runs a subset (install and env always run). A stage that cannot finish
 # before DEADLINE seconds (default 560, under the 600 s call limit) is skipped and says so.
 # FlashInfer compiles its kernels on first use (nvcc, JIT): the kit runs under pytest-xdist
@@ -21,7 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"kit gpu targets overhead bench"}
+STAGES=${STAGES:-"kit gpu targets overhead bench serve"}
 DEADLINE=${DEADLINE:-560}
 export PYTHONUNBUFFERED=1 PLUGIN_API_BACKEND=cuda-sm90
 export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-jit FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
@@ -83,6 +86,30 @@ envinfo() {
     python3 -m plugin_api doctor --json
 }
 
+# vLLM 0.32's CUDA wheel (about 330 MB, torch==2.13.0) cannot travel in the 64 MiB carried here,
+# and this machine's image has torch 2.11: the stage runs only where an image brings vLLM.
+serve() {
+    set -e
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e integrations/vllm
+    if ! python3 -c "import vllm" 2>/dev/null; then
+        echo "serve: no vLLM importable here (torch $(python3 -c 'import torch; print(torch.__version__)'));"
+        echo "serve: the bridge on CUDA needs a vLLM CUDA build that matches this torch"
+        exit 3
+    fi
+    python3 -c "from plugin_api_vllm.versions import check_vllm; check_vllm()"
+    local model=/tmp/plugin-api-tiny-llama port=8765
+    python3 -m plugin_api_vllm.tiny_model llama "$model"
+    PLUGIN_API_STRICT=1 python3 -m vllm.entrypoints.launchers.api_server.entry --model "$model" \
+        --served-model-name tiny-llama --host 127.0.0.1 --port "$port" --dtype bfloat16 \
+        --max-model-len 1024 &
+    local pid=$!
+    trap 'kill -TERM $pid 2>/dev/null; wait $pid' EXIT
+    python3 -m plugin_api_vllm.ready "http://127.0.0.1:$port" --model tiny-llama --timeout 240
+    curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"model": "tiny-llama", "prompt": "Hello, my name is", "max_tokens": 16, "temperature": 0}'
+    echo
+}
+
 if [ ! -d .whl ]; then
     note "install: NOT RUN: no .whl/ (run plugins/cuda-sm90/gpu_prepare.sh here and carry .whl)"
     note "without flashinfer the plugin is unavailable: no other stage can run"
@@ -107,7 +134,8 @@ for s in $STAGES; do
             note "bench: NOT RUN: this checkout's plugin-api has no 'bench' verb yet"
         fi
         ;;
-    *) note "$s: unknown stage (kit, gpu, targets, overhead, bench)" ;;
+    serve) stage serve setup 300 serve ;;
+    *) note "$s: unknown stage (kit, gpu, targets, overhead, bench, serve)" ;;
     esac
 done
 note "total ${SECONDS}s; logs in $OUT"
