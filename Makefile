@@ -63,6 +63,7 @@ doctor: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy plugin_api
 
 # The Triton kernels run on the CPU only in the interpreter, which must be chosen before triton
 # traces them: their own pytest process, so no other test runs interpreted.

@@ -23,7 +23,8 @@ def graph_module(device_type: str) -> ModuleType:
             f"device_type={device_type!r} has no graph API in torch; "
             f"graphs exist for {sorted(GRAPH_CLASSES)}"
         )
-    return getattr(torch, device_type)
+    mod: ModuleType = getattr(torch, device_type)
+    return mod
 
 
 def new_graph(device_type: str) -> Any:

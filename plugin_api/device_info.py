@@ -12,7 +12,7 @@ import os
 import platform
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import importlib_metadata
 
@@ -177,7 +177,20 @@ def installed_version(distribution: str) -> str | None:
     return dist_name_version(dist)[1]
 
 
-def dist_name_version(dist: importlib_metadata.Distribution | None) -> tuple[str, str]:
+class _DistributionLike(Protocol):
+    """What ``dist_name_version`` reads of a distribution: ``importlib_metadata``'s
+    ``Distribution`` and the ``IDistribution`` its entry points carry both have it."""
+
+    def read_text(self, filename: str) -> str | None: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+def dist_name_version(dist: _DistributionLike | None) -> tuple[str, str]:
     """Name and version of a distribution, read from the header lines of its METADATA (or
     PKG-INFO) file: the full email parser costs more than discovering every plugin."""
     if dist is None:

@@ -41,7 +41,7 @@ def model_report(backend: Backend, model: ModelExample) -> dict[str, Any]:
                 "backend": p.backend,
                 "fallback": p.fallback,
             }
-            if layer.family is OpFamily.ATTENTION:
+            if layer.family is OpFamily.ATTENTION and r.chosen is not None:
                 g = r.chosen.graph_support(layer.spec, backend.info)
                 entry["graph"] = {"level": str(g.level), "reason": g.reason}
                 graph_layers.append((layer.name, g))

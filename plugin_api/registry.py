@@ -13,6 +13,7 @@ its cause and traceback; nothing is swallowed and no plugin can take the host do
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -201,11 +202,15 @@ def _register(desc: BackendDescriptor) -> pluggy.PluginManager:
     return pm
 
 
-def _probe(pm: pluggy.PluginManager, desc: BackendDescriptor, info: DeviceInfo) -> Availability:
+def _probe(
+    pm: pluggy.PluginManager, desc: BackendDescriptor | None, info: DeviceInfo
+) -> Availability:
+    """``desc`` is the loaded plugin's descriptor (set on every record that loaded)."""
     result = pm.hook.plugin_api_probe(info=info)
     if not isinstance(result, Availability):
+        hooks = desc.hooks if desc is not None else "the plugin's hooks"
         raise TypeError(
-            f"{desc.hooks}.plugin_api_probe returned {type(result).__name__}, not Availability"
+            f"{hooks}.plugin_api_probe returned {type(result).__name__}, not Availability"
         )
     return result
 
@@ -288,7 +293,7 @@ def _load_all(
     entries: Sequence[_Entry], timeout: float
 ) -> tuple[list[PluginRecord], list[tuple[PluginRecord, pluggy.PluginManager]]]:
     progress = [_Progress() for _ in entries]
-    tasks = [_Task(lambda e=e, p=p: _load(e, p)) for e, p in zip(entries, progress, strict=True)]
+    tasks = [_Task(functools.partial(_load, e, p)) for e, p in zip(entries, progress, strict=True)]
     _run_bounded(tasks, timeout)
     failed, loaded = [], []
     for entry, prog, task in zip(entries, progress, tasks, strict=True):
@@ -310,11 +315,15 @@ def _load_all(
     return failed, loaded
 
 
+def _machine_facts_of(pm: pluggy.PluginManager) -> Any:
+    return pm.hook.plugin_api_machine_facts()
+
+
 def _machine_facts(
     loaded: list[tuple[PluginRecord, pluggy.PluginManager]], timeout: float
 ) -> tuple[dict[str, str], dict[str, Failure]]:
     asking = [(rec, pm) for rec, pm in loaded if pm.hook.plugin_api_machine_facts.get_hookimpls()]
-    tasks = [_Task(lambda pm=pm: pm.hook.plugin_api_machine_facts()) for _, pm in asking]
+    tasks = [_Task(functools.partial(_machine_facts_of, pm)) for _, pm in asking]
     _run_bounded(tasks, timeout)
     facts: dict[str, str] = {}
     failures: dict[str, Failure] = {}
@@ -372,7 +381,7 @@ def load_plugins(
         ]
         loaded = [(rec, pm) for rec, pm in loaded if rec.id not in fact_failures]
     probed = info
-    tasks = [_Task(lambda pm=pm, d=rec.descriptor: _probe(pm, d, probed)) for rec, pm in loaded]
+    tasks = [_Task(functools.partial(_probe, pm, rec.descriptor, probed)) for rec, pm in loaded]
     _run_bounded(tasks, settings.probe_timeout)
     managers = {}
     for (rec, pm), task in zip(loaded, tasks, strict=True):

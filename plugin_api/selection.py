@@ -18,7 +18,7 @@ from typing import Any
 
 from ._version import HOST_API_VERSION, __version__
 from .contract import Status
-from .device_info import DeviceInfo, installed_version
+from .device_info import DeviceInfo, Vendor, installed_version
 from .errors import (
     AmbiguousSelection,
     BackendNotInstalled,
@@ -85,7 +85,9 @@ def _line(r: PluginRecord) -> str:
     return "; ".join(r.reasons) or r.state
 
 
-def _trace(records: Sequence[PluginRecord], chosen: str | None, why: dict[str, str]) -> tuple:
+def _trace(
+    records: Sequence[PluginRecord], chosen: str | None, why: dict[str, str]
+) -> tuple[Candidate, ...]:
     return tuple(Candidate(r.id, r.state, r.id == chosen, why.get(r.id, _line(r))) for r in records)
 
 
@@ -95,7 +97,7 @@ def _fmt_trace(trace: Sequence[Candidate]) -> str:
     )
 
 
-_TARGETS = (  # (what the machine has, the plugin for it)
+_TARGETS: tuple[tuple[Vendor, str], ...] = (  # (what the machine has, the plugin for it)
     ("nvidia", "cuda-sm90"),
     ("amd", "rocm"),
     ("intel", "xpu"),

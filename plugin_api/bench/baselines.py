@@ -98,7 +98,8 @@ def quant_eager(
     qmax = 127.0 if dtype == torch.int8 else 448.0
 
     def run() -> None:
-        g = x.float().unflatten(-1, (-1, group))
+        # torch's Tensor.unflatten (torch/_tensor.py) carries no annotations
+        g = x.float().unflatten(-1, (-1, group))  # type: ignore[no-untyped-call]
         s = g.abs().amax(dim=-1, keepdim=True).clamp_min(eps) / qmax
         y = g / s
         y = y.round().clamp(-128, 127) if dtype == torch.int8 else y.clamp(-qmax, qmax)

@@ -25,7 +25,9 @@ def size_of(dtype: torch.dtype) -> int:
 
 class Case(Protocol):
     family: ClassVar[Family]
-    name: str
+
+    @property
+    def name(self) -> str: ...
 
     def nbytes(self) -> int: ...
 

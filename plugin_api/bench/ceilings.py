@@ -154,9 +154,13 @@ def measure_matmul(
             a = torch.randn(size, size, device=device).to(dtype)
             b = torch.randn(size, size, device=device).to(dtype)
             c = torch.empty(size, size, dtype=dtype, device=device)
-            stats = measure(lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c), method, sync=sync)
+
+            def mm(a: torch.Tensor = a, b: torch.Tensor = b, c: torch.Tensor = c) -> torch.Tensor:
+                return torch.mm(a, b.t(), out=c)
+
+            stats = measure(mm, method, sync=sync)
             points.append(MatmulPoint(str(dtype).removeprefix("torch."), size, stats))
-            del a, b, c
+            del a, b, c, mm
             if stats.median >= stop_after_s:
                 break
     return tuple(points)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
@@ -26,6 +27,19 @@ ROWS_QUICK = 256
 CHUNK = 256  # rows per mm call: bounded memory for the two logit blocks
 
 
+class ArgmaxFlipsDict(TypedDict):
+    """``ArgmaxFlips.to_dict()``: the report's ``lm_head_argmax`` entry."""
+
+    what: str
+    rows: int
+    vocab: int
+    hidden: int
+    logit_std: float
+    flips: int
+    ties_in_bf16: int
+    flip_rate: float
+
+
 @dataclass(frozen=True, slots=True)
 class ArgmaxFlips:
     rows: int
@@ -38,7 +52,7 @@ class ArgmaxFlips:
     def rate(self) -> float:
         return self.flips / self.rows
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> ArgmaxFlipsDict:
         return {
             "what": "greedy argmax of bf16-out vs fp32-out LM-head logits, same backend",
             "rows": self.rows,
@@ -83,7 +97,7 @@ def measure(
     return ArgmaxFlips(rows, vocab, hidden, flips, ties)
 
 
-def lines(d: dict[str, object]) -> list[str]:
+def lines(d: ArgmaxFlipsDict) -> list[str]:
     return [
         f"LM-head argmax, bf16-out vs fp32-out ({d['rows']} rows, vocab {d['vocab']}, "
         f"logit std {d['logit_std']}): {d['flips']} flips ({100 * float(d['flip_rate']):.2f}%), "

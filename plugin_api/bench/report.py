@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from . import lm_head_argmax, state_manager
-from .cases import ALL, FAMILIES, QUICK
+from .cases import ALL, FAMILIES, QUICK, Family
 from .ceilings import Ceilings
 from .harness import Stats
 
@@ -32,9 +32,9 @@ def stats_dict(s: Stats) -> dict[str, float | int]:
     return {**asdict(s), "spread": s.spread}
 
 
-def quick_trims(families: tuple[str, ...] = FAMILIES) -> str:
-    picked = sum(len(QUICK[f]) for f in families)  # type: ignore[index]
-    total = sum(len(ALL[f]) for f in families)  # type: ignore[index]
+def quick_trims(families: tuple[Family, ...] = FAMILIES) -> str:
+    picked = sum(len(QUICK[f]) for f in families)
+    total = sum(len(ALL[f]) for f in families)
     return (
         f"--quick runs {picked} of the {total} named cases (a few per family, see "
         "plugin_api/bench/cases.py QUICK), ~0.2 s of samples per callable (at least 3, at "

@@ -175,7 +175,9 @@ def make_case(
     )
 
 
-def _readback(spec: AttentionSpec, cache: KVCache, stored: torch.Tensor, value: bool = False):
+def _readback(
+    spec: AttentionSpec, cache: KVCache, stored: torch.Tensor, value: bool = False
+) -> torch.Tensor:
     scale = cache.v_scale if value else cache.k_scale
     if spec.fp8_kv:
         # keep the stored fp8 value; dividing by the scale makes the oracle's roundtrip exact

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import TypedDict
 
 import torch
 
 FP8 = torch.float8_e4m3fn
+
+
+class Tolerance(TypedDict):
+    """The bounds a kit test passes to ``torch.testing.assert_close``."""
+
+    atol: float
+    rtol: float
 
 
 def fp8_roundtrip(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -90,7 +98,8 @@ def scaled_gemm(
 
 def _f32(v: float) -> float:
     """Round a Python float to the nearest fp32 value."""
-    return struct.unpack("f", struct.pack("f", v))[0]
+    (rounded,) = struct.unpack("f", struct.pack("f", v))
+    return float(rounded)
 
 
 def _f32_div(a: float, b: float) -> float:

@@ -98,7 +98,7 @@ class Coverage:
         if report.when != "call":  # the teardown report carries the same properties again
             return
         for name, value in report.user_properties:
-            if name != OPS_PROPERTY:
+            if name != OPS_PROPERTY or not isinstance(value, dict):
                 continue
             for family, kind, n in value["ran"]:
                 self.paths[family][kind] += n

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
@@ -10,8 +12,12 @@ from plugin_api.ops.attention import FP8, Attention, AttentionSpec
 from plugin_api.ops.graphs import GraphLevel, GraphSupport
 from plugin_api.ops.provenance import record_ops
 
+from . import oracle
 from .cases import PagedCase, make_case
 from .plugin import own_or_skip
+
+if TYPE_CHECKING:
+    from plugin_api.backend import Backend
 
 BASE = dict(num_heads=4, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, block_size=16)
 
@@ -45,10 +51,10 @@ SPEC_BATCHES: dict[str, tuple[list[int], list[int], int]] = {
     "uniform-spec-decode": ([4, 4, 4], [20, 32, 9], 3),
     "ragged-spec-decode": ([2, 4, 1, 10], [19, 22, 40, 10], 3),
 }
-TOLERANCE = {
-    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
-    torch.float16: dict(atol=3e-3, rtol=3e-3),
-    torch.float32: dict(atol=2e-4, rtol=2e-4),
+TOLERANCE: dict[torch.dtype, oracle.Tolerance] = {
+    torch.bfloat16: oracle.Tolerance(atol=2e-2, rtol=2e-2),
+    torch.float16: oracle.Tolerance(atol=3e-3, rtol=3e-3),
+    torch.float32: oracle.Tolerance(atol=2e-4, rtol=2e-4),
 }
 
 
@@ -56,7 +62,9 @@ def spec_of(**changes: object) -> AttentionSpec:
     return AttentionSpec(**{**BASE, **changes})  # type: ignore[arg-type]
 
 
-def run_and_check(backend, device, case: PagedCase, *, extra_rows: int = 0) -> None:
+def run_and_check(
+    backend: Backend, device: torch.device, case: PagedCase, *, extra_rows: int = 0
+) -> None:
     own_or_skip(backend, OpFamily.ATTENTION, case.spec)
     attn = Attention(case.spec, backend)
     plan = attn.plan(case.batch)
@@ -76,7 +84,8 @@ def _check_cache(case: PagedCase, before: torch.Tensor) -> None:
     """The step wrote exactly its slots, with the documented conversion, and nothing else."""
     expected = before.clone()
     s = case.spec
-    if case.key is not None and case.written.numel():
+    # as Attention.run: a step writes K/V when it has both
+    if case.key is not None and case.value is not None and case.written.numel():
         slots = case.batch.slot_mapping[: case.num_tokens]
         keep = (slots >= 0).nonzero().flatten()
         idx = slots[keep]
@@ -93,7 +102,9 @@ def _check_cache(case: PagedCase, before: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("feature", list(FEATURES))
-def test_feature_on_mixed_batch(plugin_api_backend, kit_device, feature):
+def test_feature_on_mixed_batch(
+    plugin_api_backend: Backend, kit_device: torch.device, feature: str
+) -> None:
     q, L, nd = BATCHES["mixed"]
     case = make_case(
         spec_of(**FEATURES[feature]),
@@ -107,7 +118,7 @@ def test_feature_on_mixed_batch(plugin_api_backend, kit_device, feature):
 
 
 @pytest.mark.parametrize("shape", list(BATCHES))
-def test_batch_shapes(plugin_api_backend, kit_device, shape):
+def test_batch_shapes(plugin_api_backend: Backend, kit_device: torch.device, shape: str) -> None:
     q, L, nd = BATCHES[shape]
     case = make_case(spec_of(), q, L, num_decodes=nd, device=kit_device, seed=7)
     run_and_check(plugin_api_backend, kit_device, case)
@@ -115,7 +126,9 @@ def test_batch_shapes(plugin_api_backend, kit_device, shape):
 
 @pytest.mark.parametrize("shape", list(SPEC_BATCHES))
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
-def test_speculative_decode(plugin_api_backend, kit_device, shape, causal):
+def test_speculative_decode(
+    plugin_api_backend: Backend, kit_device: torch.device, shape: str, causal: bool
+) -> None:
     q, L, nd = SPEC_BATCHES[shape]
     spec = spec_of(num_speculative_tokens=3, causal=causal)
     case = make_case(spec, q, L, num_decodes=nd, device=kit_device, seed=11)
@@ -124,7 +137,9 @@ def test_speculative_decode(plugin_api_backend, kit_device, shape, causal):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
 @pytest.mark.parametrize("feature", ["base", "sinks+window", "fp8-kv"])
-def test_dtypes(plugin_api_backend, kit_device, dtype, feature):
+def test_dtypes(
+    plugin_api_backend: Backend, kit_device: torch.device, dtype: torch.dtype, feature: str
+) -> None:
     q, L, nd = BATCHES["mixed"]
     case = make_case(
         spec_of(dtype=dtype, **FEATURES[feature]), q, L, num_decodes=nd, device=kit_device, seed=3
@@ -132,7 +147,9 @@ def test_dtypes(plugin_api_backend, kit_device, dtype, feature):
     run_and_check(plugin_api_backend, kit_device, case)
 
 
-def test_padding_rows_and_skipped_slots(plugin_api_backend, kit_device):
+def test_padding_rows_and_skipped_slots(
+    plugin_api_backend: Backend, kit_device: torch.device
+) -> None:
     """NaN padding rows never leak into real rows; slot -1 tokens are not written."""
     q, L, nd = BATCHES["mixed"]
     case = make_case(
@@ -141,7 +158,7 @@ def test_padding_rows_and_skipped_slots(plugin_api_backend, kit_device):
     run_and_check(plugin_api_backend, kit_device, case)
 
 
-def test_fp8_scales(plugin_api_backend, kit_device):
+def test_fp8_scales(plugin_api_backend: Backend, kit_device: torch.device) -> None:
     q, L, nd = BATCHES["mixed"]
     case = make_case(
         spec_of(kv_cache_dtype=FP8),
@@ -158,7 +175,9 @@ def test_fp8_scales(plugin_api_backend, kit_device):
 
 
 @pytest.mark.parametrize("feature", list(FEATURES))
-def test_graph_support_is_declared(plugin_api_backend, kit_device, feature):
+def test_graph_support_is_declared(
+    plugin_api_backend: Backend, kit_device: torch.device, feature: str
+) -> None:
     """Every accepted spec states its CUDA-graph level with a reason; a level above NEVER is
     backed by plans that refill stable buffers."""
     spec = spec_of(**FEATURES[feature])

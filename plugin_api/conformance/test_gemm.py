@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 import torch
 
@@ -12,16 +14,19 @@ from plugin_api.ops.provenance import record_ops
 from . import oracle
 from .plugin import own_or_skip
 
+if TYPE_CHECKING:
+    from plugin_api.backend import Backend
+
 # fp32 output is the fp32 accumulator: tight. bf16/fp16 output is it rounded once.
-TOLERANCE = {
-    torch.float32: dict(atol=1e-3, rtol=1e-4),
-    torch.bfloat16: dict(atol=2e-2, rtol=1.6e-2),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
+TOLERANCE: dict[torch.dtype, oracle.Tolerance] = {
+    torch.float32: oracle.Tolerance(atol=1e-3, rtol=1e-4),
+    torch.bfloat16: oracle.Tolerance(atol=2e-2, rtol=1.6e-2),
+    torch.float16: oracle.Tolerance(atol=2e-3, rtol=2e-3),
 }
 SHAPES = [(1, 96, 100), (3, 64, 256), (17, 130, 512), (64, 256, 96)]  # (M, N, K); K=100: odd
 
 
-def _prepare_or_skip(backend, w, **kw):
+def _prepare_or_skip(backend: Backend, w: torch.Tensor, **kw: Any) -> gemm.PackedWeight:
     spec = gemm.GemmSpec(
         w.shape[0],
         w.shape[1],
@@ -46,7 +51,17 @@ def _prepare_or_skip(backend, w, **kw):
     ids=["bf16-f32-lmhead", "bf16-bf16", "bf16-f32", "fp16-fp16", "fp32-fp32"],
 )
 @pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
-def test_mm(plugin_api_backend, kit_device, m, n, k, wdtype, odtype, usage, with_bias):
+def test_mm(
+    plugin_api_backend: Backend,
+    kit_device: torch.device,
+    m: int,
+    n: int,
+    k: int,
+    wdtype: torch.dtype,
+    odtype: torch.dtype,
+    usage: gemm.Usage,
+    with_bias: bool,
+) -> None:
     g = torch.Generator().manual_seed(m * 7 + n + k)
     w = torch.randn(n, k, generator=g).to(wdtype).to(kit_device)
     x = torch.randn(m, k, generator=g).to(wdtype).to(kit_device)
@@ -61,7 +76,7 @@ def test_mm(plugin_api_backend, kit_device, m, n, k, wdtype, odtype, usage, with
     torch.testing.assert_close(y.cpu().double(), expect, **TOLERANCE[odtype])
 
 
-def test_mm_strided_input(plugin_api_backend, kit_device):
+def test_mm_strided_input(plugin_api_backend: Backend, kit_device: torch.device) -> None:
     """x may be a row slice of a wider buffer (row stride > K)."""
     g = torch.Generator().manual_seed(1)
     w = torch.randn(64, 96, generator=g).to(torch.bfloat16).to(kit_device)
@@ -74,7 +89,7 @@ def test_mm_strided_input(plugin_api_backend, kit_device):
     )
 
 
-def test_lm_head_argmax_matches_fp32(plugin_api_backend, kit_device):
+def test_lm_head_argmax_matches_fp32(plugin_api_backend: Backend, kit_device: torch.device) -> None:
     """Greedy decoding over fp32 logits agrees with the exact fp32 accumulator."""
     g = torch.Generator().manual_seed(2)
     w = (torch.randn(4000, 256, generator=g) * 0.05).to(torch.bfloat16).to(kit_device)
@@ -89,7 +104,15 @@ def test_lm_head_argmax_matches_fp32(plugin_api_backend, kit_device):
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("odtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
-def test_scaled_mm(plugin_api_backend, kit_device, m, n, k, odtype, with_bias):
+def test_scaled_mm(
+    plugin_api_backend: Backend,
+    kit_device: torch.device,
+    m: int,
+    n: int,
+    k: int,
+    odtype: torch.dtype,
+    with_bias: bool,
+) -> None:
     g = torch.Generator().manual_seed(m + n * 3 + k)
     wq = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
     xq = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
@@ -107,5 +130,5 @@ def test_scaled_mm(plugin_api_backend, kit_device, m, n, k, odtype, with_bias):
         )
     assert calls == [packed.provenance]
     expect = oracle.scaled_gemm(xq, sx, wq, sw, bias)
-    tol = TOLERANCE[odtype] if odtype != torch.float32 else dict(atol=1e-3, rtol=1e-5)
+    tol = TOLERANCE[odtype] if odtype != torch.float32 else oracle.Tolerance(atol=1e-3, rtol=1e-5)
     torch.testing.assert_close(out.cpu().double(), expect, **tol)

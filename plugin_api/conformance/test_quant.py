@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
@@ -11,6 +13,9 @@ from plugin_api.ops.quant import QuantSpec, per_token_group_quant
 
 from . import oracle
 from .plugin import own_or_skip
+
+if TYPE_CHECKING:
+    from plugin_api.backend import Backend
 
 FP8 = torch.float8_e4m3fn
 
@@ -33,7 +38,16 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
 @pytest.mark.parametrize("layout", ["row", "col"])
 @pytest.mark.parametrize("ue8m0", [False, True], ids=["", "ue8m0"])
-def test_group_quant_bit_exact(plugin_api_backend, kit_device, m, k, group, dtype, layout, ue8m0):
+def test_group_quant_bit_exact(
+    plugin_api_backend: Backend,
+    kit_device: torch.device,
+    m: int,
+    k: int,
+    group: int,
+    dtype: torch.dtype,
+    layout: str,
+    ue8m0: bool,
+) -> None:
     col = layout == "col"
     x = _inputs(m, k, torch.bfloat16, seed=m * k + group)
     own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(k, group, x.dtype, dtype, col, ue8m0))
@@ -53,7 +67,9 @@ def test_group_quant_bit_exact(plugin_api_backend, kit_device, m, k, group, dtyp
 
 @pytest.mark.parametrize("in_dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
 @pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
-def test_input_dtypes(plugin_api_backend, kit_device, in_dtype, dtype):
+def test_input_dtypes(
+    plugin_api_backend: Backend, kit_device: torch.device, in_dtype: torch.dtype, dtype: torch.dtype
+) -> None:
     x = _inputs(8, 256, in_dtype, seed=3)
     own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(256, 128, in_dtype, dtype))
     q, s = per_token_group_quant(x.to(kit_device), 128, dtype, backend=plugin_api_backend)
@@ -64,7 +80,13 @@ def test_input_dtypes(plugin_api_backend, kit_device, in_dtype, dtype):
 @pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("dtype", [torch.int8, FP8], ids=["int8", "fp8"])
 @pytest.mark.parametrize("ue8m0", [False, True], ids=["", "ue8m0"])
-def test_non_finite_input(plugin_api_backend, kit_device, in_dtype, dtype, ue8m0):
+def test_non_finite_input(
+    plugin_api_backend: Backend,
+    kit_device: torch.device,
+    in_dtype: torch.dtype,
+    dtype: torch.dtype,
+    ue8m0: bool,
+) -> None:
     """docs/ops.md's rule for NaN and inf: a NaN makes its group's scale NaN (ue8m0: 1.0), NaN
     quotients (its group, inf / inf) get int8 0 and fp8 NaN. fp8 NaN codes are compared
     without their sign: inf / inf's default NaN is negative on x86 (where the oracle runs) and
@@ -91,7 +113,9 @@ def test_non_finite_input(plugin_api_backend, kit_device, in_dtype, dtype, ue8m0
     assert torch.equal(got, want), "quantized values of non-finite input differ from the rule"
 
 
-def test_preallocated_outputs_fully_written(plugin_api_backend, kit_device):
+def test_preallocated_outputs_fully_written(
+    plugin_api_backend: Backend, kit_device: torch.device
+) -> None:
     x = _inputs(6, 256, torch.bfloat16, seed=4)
     own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(256, 64, x.dtype, torch.int8))
     out = torch.full((6, 256), 77, dtype=torch.int8, device=kit_device)

@@ -3,6 +3,8 @@ blocks the host's state-cache manager hands out again for zeroing."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
@@ -14,11 +16,16 @@ from plugin_api.state_cache.tensors import zero_fresh_blocks
 
 from .plugin import own_or_skip
 
+if TYPE_CHECKING:
+    from plugin_api.backend import Backend
+
 # A small Mamba2-like group: conv state [conv_dim, d_conv - 1], SSM state [heads, head_dim, N].
 SHAPES = [((40, 3), (4, 8, 16))]
 
 
-def _states(device, dtypes, blocks=12, seed=0):
+def _states(
+    device: torch.device, dtypes: tuple[torch.dtype, ...], blocks: int = 12, seed: int = 0
+) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return [
         torch.randn((blocks, *shape), generator=g).to(dt).to(device)
@@ -35,7 +42,9 @@ def _states(device, dtypes, blocks=12, seed=0):
     ],
     ids=["bf16+fp32", "fp16", "fp32"],
 )
-def test_copy_blocks(plugin_api_backend, kit_device, dtypes):
+def test_copy_blocks(
+    plugin_api_backend: Backend, kit_device: torch.device, dtypes: tuple[torch.dtype, torch.dtype]
+) -> None:
     states = _states(kit_device, dtypes)
     own_or_skip(
         plugin_api_backend, OpFamily.STATE, StateSpec(tuple(t.shape[1:] for t in states), dtypes)
@@ -52,7 +61,7 @@ def test_copy_blocks(plugin_api_backend, kit_device, dtypes):
         assert torch.equal(t, expect)
 
 
-def test_zero_blocks(plugin_api_backend, kit_device):
+def test_zero_blocks(plugin_api_backend: Backend, kit_device: torch.device) -> None:
     dtypes = (torch.bfloat16, torch.float32)
     states = _states(kit_device, dtypes, seed=1)
     own_or_skip(
@@ -66,7 +75,9 @@ def test_zero_blocks(plugin_api_backend, kit_device):
         assert torch.equal(t, expect)
 
 
-def test_reallocated_state_blocks_are_zeroed(plugin_api_backend, kit_device):
+def test_reallocated_state_blocks_are_zeroed(
+    plugin_api_backend: Backend, kit_device: torch.device
+) -> None:
     """Who zeroes: the caller, through ``zero_fresh_blocks`` and this backend's kernel. Blocks
     a finished request filled come back from the pool for the next one; after zeroing they
     read zero, every other block is unchanged, and the manager accepts the step."""

@@ -386,7 +386,8 @@ class Attention:
             raise TypeError(f"attention: spec must be an AttentionSpec, got {type(spec).__name__}")
         self.spec = spec
         self.backend = backend or current_backend()
-        self.impl, self.provenance = self.backend.resolve(OpFamily.ATTENTION, spec)
+        impl, self.provenance = self.backend.resolve(OpFamily.ATTENTION, spec)
+        self.impl: AttentionImplementation = impl
 
     @property
     def device(self) -> torch.device:

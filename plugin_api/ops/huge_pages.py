@@ -82,4 +82,5 @@ def advise_huge_pages(t: torch.Tensor) -> bool:
     hi = end // HUGE_PAGE * HUGE_PAGE
     if hi <= lo:
         return False
-    return fn(lo, hi - lo, MADV_HUGEPAGE) == 0
+    rc: int = fn(lo, hi - lo, MADV_HUGEPAGE)  # restype c_int
+    return rc == 0

@@ -19,31 +19,31 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
 def _paged_attention_kernel(
-    q_ptr,
-    o_ptr,
-    cache_ptr,
-    sinks_ptr,
-    tile_seq_ptr,
-    tile_q0_ptr,
-    qsl_ptr,
-    seq_lens_ptr,
-    block_table_ptr,
-    stride_qt,
-    stride_qh,
-    stride_ot,
-    stride_oh,
-    stride_cb,
-    stride_ckv,
-    stride_ch,
-    stride_cs,
-    stride_bt,
-    scale,
-    k_scale,
-    v_scale,
-    soft_cap,
-    window,
+    q_ptr: tl.tensor,
+    o_ptr: tl.tensor,
+    cache_ptr: tl.tensor,
+    sinks_ptr: tl.tensor,
+    tile_seq_ptr: tl.tensor,
+    tile_q0_ptr: tl.tensor,
+    qsl_ptr: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    block_table_ptr: tl.tensor,
+    stride_qt: tl.tensor,
+    stride_qh: tl.tensor,
+    stride_ot: tl.tensor,
+    stride_oh: tl.tensor,
+    stride_cb: tl.tensor,
+    stride_ckv: tl.tensor,
+    stride_ch: tl.tensor,
+    stride_cs: tl.tensor,
+    stride_bt: tl.tensor,
+    scale: tl.tensor,
+    k_scale: tl.tensor,
+    v_scale: tl.tensor,
+    soft_cap: tl.tensor,
+    window: tl.tensor,
     GROUP: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     PAGE: tl.constexpr,
@@ -59,7 +59,7 @@ def _paged_attention_kernel(
     P_DTYPE: tl.constexpr,
     PV_DTYPE: tl.constexpr,
     PRECISION: tl.constexpr,
-):
+) -> None:
     tile = tl.program_id(0)
     kh = tl.program_id(1)
     seq = tl.load(tile_seq_ptr + tile)
@@ -143,7 +143,9 @@ def _paged_attention_kernel(
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
-def _dot_types(dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device) -> dict:
+def _dot_types(
+    dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device
+) -> dict[str, tl.dtype | str | None]:
     """Operand types of the two dots (accumulation is always fp32).
 
     - QK: the query's dtype; an fp8 key converts to it exactly.

@@ -16,8 +16,8 @@ from .launch import table_for
 from .numerics import fp8e4m3_bits
 
 
-@triton.jit
-def _to_cache(x, scale, FP8: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def _to_cache(x: tl.tensor, scale: tl.tensor, FP8: tl.constexpr) -> tl.tensor:
     if FP8:  # one return per branch (see quant._quantize)
         y = tl.math.div_rn(x.to(tl.float32), scale)
         return fp8e4m3_bits(tl.minimum(tl.maximum(y, -448.0), 448.0)).to(tl.uint8)
@@ -25,23 +25,23 @@ def _to_cache(x, scale, FP8: tl.constexpr):
         return x
 
 
-@triton.jit
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
 def _cache_write_kernel(
-    k_ptr,
-    v_ptr,
-    cache_ptr,
-    slot_ptr,
-    num_slots,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_cb,
-    stride_ckv,
-    stride_ch,
-    stride_cs,
-    k_scale,
-    v_scale,
+    k_ptr: tl.tensor,
+    v_ptr: tl.tensor,
+    cache_ptr: tl.tensor,
+    slot_ptr: tl.tensor,
+    num_slots: tl.tensor,
+    stride_kt: tl.tensor,
+    stride_kh: tl.tensor,
+    stride_vt: tl.tensor,
+    stride_vh: tl.tensor,
+    stride_cb: tl.tensor,
+    stride_ckv: tl.tensor,
+    stride_ch: tl.tensor,
+    stride_cs: tl.tensor,
+    k_scale: tl.tensor,
+    v_scale: tl.tensor,
     NUM_KV_HEADS: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     PAGE: tl.constexpr,
@@ -49,7 +49,7 @@ def _cache_write_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_D: tl.constexpr,
     FP8: tl.constexpr,
-):
+) -> None:
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     slot = tl.load(slot_ptr + t, mask=t < num_slots, other=-1)
     keep = slot >= 0  # -1: a padding token, write nothing (and read nothing)

@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
-def round_half_even(y):
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def round_half_even(y: tl.tensor) -> tl.tensor:
     """Nearest integer to fp32 ``y`` (|y| < 2^23), ties to even."""
     f = tl.floor(y)
     d = y - f
@@ -21,8 +21,8 @@ def round_half_even(y):
     return tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
 
 
-@triton.jit
-def pow2_ceil(s):
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def pow2_ceil(s: tl.tensor) -> tl.tensor:
     """Round positive fp32 ``s`` up to a power of two, exactly (subnormals included)."""
     bits = s.to(tl.int32, bitcast=True)
     normal = tl.where((bits & 0x7FFFFF) == 0, bits, ((bits >> 23) + 1) << 23)
@@ -34,8 +34,8 @@ def pow2_ceil(s):
     return tl.where((bits >> 23) == 0, sub, normal).to(tl.float32, bitcast=True)
 
 
-@triton.jit
-def fp8e4m3_bits(y):
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def fp8e4m3_bits(y: tl.tensor) -> tl.tensor:
     """The ``float8_e4m3fn`` bit pattern (as int32) of fp32 ``y`` in [-448, 448], rounded to
     nearest even: what ``torch.Tensor.to(torch.float8_e4m3fn)`` stores."""
     bits = y.to(tl.int32, bitcast=True)

@@ -17,8 +17,8 @@ from .launch import table_for
 from .numerics import fp8e4m3_bits, pow2_ceil, round_half_even
 
 
-@triton.jit
-def _quantize(x, s, INT8: tl.constexpr, QMAX: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def _quantize(x: tl.tensor, s: tl.tensor, INT8: tl.constexpr, QMAX: tl.constexpr) -> tl.tensor:
     """int8 values, or fp8 e4m3 bit patterns (stored through a uint8 view). A NaN quotient (a
     NaN's group, or inf / inf) gets int8 0 or fp8 NaN with its sign, as torch's casts give; the
     clamp alone would not say (a GPU's max drops a NaN, the interpreter's keeps it)."""
@@ -36,8 +36,10 @@ def _quantize(x, s, INT8: tl.constexpr, QMAX: tl.constexpr):
         return tl.where(nan, nan_code, code).to(tl.uint8)
 
 
-@triton.jit
-def _scale(a, nans, eps, QMAX: tl.constexpr, UE8M0: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def _scale(
+    a: tl.tensor, nans: tl.tensor, eps: tl.tensor, QMAX: tl.constexpr, UE8M0: tl.constexpr
+) -> tl.tensor:
     """``s`` from the group's abs-max ``a`` (NaN-free) and its count of NaNs: a NaN makes ``a``
     NaN, as torch's amax does; ue8m0 turns a non-finite ``s`` into 1.0, as frexp/ldexp do."""
     a = tl.where(nans > 0, float("nan"), tl.maximum(a, eps))
@@ -48,22 +50,22 @@ def _scale(a, nans, eps, QMAX: tl.constexpr, UE8M0: tl.constexpr):
     return s
 
 
-@triton.jit
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
 def _group_quant_kernel(
-    x_ptr,
-    q_ptr,
-    s_ptr,
-    K,
-    group_size,
-    stride_sm,
-    stride_sg,
-    eps,
+    x_ptr: tl.tensor,
+    q_ptr: tl.tensor,
+    s_ptr: tl.tensor,
+    K: tl.tensor,
+    group_size: tl.tensor,
+    stride_sm: tl.tensor,
+    stride_sg: tl.tensor,
+    eps: tl.tensor,
     QMAX: tl.constexpr,
     INT8: tl.constexpr,
     UE8M0: tl.constexpr,
     BLOCK: tl.constexpr,
     SINGLE: tl.constexpr,
-):
+) -> None:
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1).to(tl.int64)
     base = row * K + g * group_size

@@ -15,15 +15,15 @@ from .launch import table_for
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-@triton.jit
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
 def _block_copy_kernel(
-    t_ptr,
-    src_ptr,
-    dst_ptr,
-    block_elems,
+    t_ptr: tl.tensor,
+    src_ptr: tl.tensor,
+    dst_ptr: tl.tensor,
+    block_elems: tl.tensor,
     ZERO: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> None:
     i = tl.program_id(0)
     chunk = tl.program_id(1).to(tl.int64) * BLOCK
     offs = chunk + tl.arange(0, BLOCK)

@@ -144,7 +144,19 @@ class TritonAttention:
             bufs = tuple(reuse.buffers().values())
             for buf, t in zip(bufs, host, strict=True):
                 buf.copy_(t)
-        return TritonAttentionPlan(*bufs, tokens, block_m, block_q, cfg)
+        tile_seq_b, tile_q0_b, qsl_b, seq_lens_b, table_b, slots_b = bufs
+        return TritonAttentionPlan(
+            tile_seq_b,
+            tile_q0_b,
+            qsl_b,
+            seq_lens_b,
+            table_b,
+            slots_b,
+            tokens,
+            block_m,
+            block_q,
+            cfg,
+        )
 
     def write_kv(
         self,
