@@ -131,11 +131,9 @@ class PanelPolicy:
       M > mc reads the weight ceil(M / mc) times).
 
     Every M runs the same loop order: rows in groups of up to 6 per microkernel, 16-bit weights
-    widened in registers. Measured on the AVX2 development machine (single-thread CPU time,
-    medians of interleaved repeats; see the plugin README): widening each k block once into an
-    fp32 buffer instead ran 0.54-0.83x as fast at M = 6..256, letting several panels share each
-    k-block pass 0.91-1.0x, kc 128..4096 within 4% of 256, mc=512 0.8x of mc=256 at M=512. The
-    generic (at::vec) kernels always widen per k block.
+    widened in registers (faster than widening each k block into an fp32 buffer; the A/B and the
+    kc/mc choices: docs/measurements/cpu-arm-acl/2026-12-02-zen3.md). The generic (at::vec)
+    kernels always widen per k block.
     """
 
     isa: str = "auto"

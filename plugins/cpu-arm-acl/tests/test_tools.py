@@ -1,6 +1,7 @@
 """The plugin's tools on this machine: tools/attention_check.py (what arm64_emulated.sh runs on
 an emulated Arm CPU) still fits the conformance kit's tables and passes; tools/stream_fma_probe.cpp
-(the README's bound on the LM-head GEMV at 5-16 rows) builds and reports every loop."""
+(the bound on the LM-head GEMV at 5-16 rows, docs/measurements/cpu-arm-acl/2026-12-04-zen5.md)
+builds and reports every loop."""
 
 from __future__ import annotations
 
