@@ -21,6 +21,7 @@ that still lands on oneDNN's reference code is warned once (an error under
 
 from __future__ import annotations
 
+import functools
 import platform
 import threading
 import warnings
@@ -39,11 +40,12 @@ from plugin_api.ops.provenance import note_kernel
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import read_settings
 
+from . import cpu_family
 from .build import extension
 from .isa import bf16_matmul, int8_matmul_exact, isa_name
 from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
-from .settings import LmHeadPolicy
+from .settings import GemvPolicy, LmHeadPolicy
 
 F32, BF16, S8 = torch.float32, torch.bfloat16, torch.int8
 CODES = {F32: 1, BF16: 2, S8: 3}  # pa_onednn::Dt in csrc/kernels.h
@@ -98,8 +100,10 @@ class OneDnnGemm:
         cache_capacity: int = 256,
         form: MatmulForm | None = None,
         strict: bool | None = None,
+        gemv: GemvPolicy | None = None,
     ) -> None:
         self.policy = policy  # None: LmHeadPolicy.default_for the machine
+        self.gemv = gemv  # None: GemvPolicy.default_for the machine and its CPU family
         if threads is not None:
             checks.positive_int("OneDnnGemm", "threads", threads)
         self.threads = threads
@@ -149,7 +153,12 @@ class OneDnnGemm:
         source = (
             "PLUGIN_API_ONEDNN_LM_HEAD" if self.policy is not None else f"default on {info.machine}"
         )
-        policy = f"LmHeadPolicy: {self.policy_for(info.machine).describe()} ({source})"
+        if spec.usage == "lm_head":
+            policy = f"LmHeadPolicy: {self.policy_for(info.machine).describe()} ({source})"
+        else:
+            gemv = self.gemv_for(info.machine, cpu_family.parse(info.fact(cpu_family.FACT)))
+            origin = "PLUGIN_API_ONEDNN_GEMV" if self.gemv is not None else "default"
+            policy = f"GemvPolicy: {gemv.describe()} ({origin})"
         if spec.out_dtype == F32:
             return Decision.accept(
                 "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", bias, policy
@@ -166,6 +175,10 @@ class OneDnnGemm:
         """The policy given, else the measured default for ``machine``."""
         return LmHeadPolicy.default_for(machine) if self.policy is None else self.policy
 
+    def gemv_for(self, machine: str, cpu: tuple[str, int] | None) -> GemvPolicy:
+        """The GEMV policy given, else the measured default for ``machine`` and ``cpu``."""
+        return GemvPolicy.default_for(machine, cpu) if self.gemv is None else self.gemv
+
     def form_for(self, machine: str) -> MatmulForm:
         """The form given, else what oneDNN's fast kernels take on ``machine``."""
         return MatmulForm.for_machine(machine) if self.form is None else self.form
@@ -175,6 +188,9 @@ class OneDnnGemm:
 
     def _host_policy(self) -> LmHeadPolicy:
         return self.policy_for(platform.machine())  # the machine the kernels run on
+
+    def _host_gemv(self) -> GemvPolicy:
+        return self.gemv_for(platform.machine(), _host_cpu())
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -243,7 +259,8 @@ class OneDnnGemm:
         if m == 0:
             return
         if self._gemv(spec, payload, x, bias, out):
-            extension().ops.gemv(payload.packed, x, out, self._threads())
+            prefetch = bool(self._host_gemv().prefetch)
+            extension().ops.gemv(payload.packed, x, out, self._threads(), prefetch)
             note_kernel(GEMV_KERNEL)
             return
         pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
@@ -269,12 +286,13 @@ class OneDnnGemm:
         bias: torch.Tensor | None,
         out: torch.Tensor,
     ) -> bool:
-        """Whether this call runs the bf16 GEMV (``LmHeadPolicy.gemv_m``)."""
+        """Whether this call runs the bf16 GEMV (``LmHeadPolicy.gemv_m`` for the LM head,
+        ``GemvPolicy.linear_m`` for linear layers)."""
+        rows = self._host_policy().gemv_m if spec.usage == "lm_head" else self._host_gemv().linear_m
         return (
-            spec.usage == "lm_head"
-            and payload.gemv
+            payload.gemv
             and bias is None
-            and x.shape[0] <= self._host_policy().gemv_m
+            and x.shape[0] <= rows
             and x.dtype == BF16
             and out.dtype in (F32, BF16)
             and x.stride(1) == 1
@@ -372,3 +390,9 @@ class OneDnnGemm:
 
     def _threads(self) -> int:
         return self.threads or torch.get_num_threads()
+
+
+@functools.cache
+def _host_cpu() -> tuple[str, int] | None:
+    """(vendor, family) of the CPU the kernels run on, read once."""
+    return cpu_family.parse(cpu_family.facts().get(cpu_family.FACT))

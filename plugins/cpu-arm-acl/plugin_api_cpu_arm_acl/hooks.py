@@ -43,7 +43,7 @@ def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
         from .panel_gemm import PanelGemm
 
         return (
-            OneDnnGemm(policy=s.lm_head, threads=s.threads),
+            OneDnnGemm(policy=s.lm_head, threads=s.threads, gemv=s.gemv),
             PanelGemm(policy=s.panel, threads=s.threads),
         )
     if family is OpFamily.QUANT:

@@ -5,6 +5,8 @@
 - ``PLUGIN_API_ONEDNN_THREADS``: OpenMP threads for the plugin's kernels (default: torch's count).
 - ``PLUGIN_API_ONEDNN_LM_HEAD``: the ``LmHeadPolicy``, e.g. ``min_n=64000,min_m=9``, ``off,pad_m=4``
   (default: ``LmHeadPolicy.default_for`` the machine).
+- ``PLUGIN_API_ONEDNN_GEMV``: the ``GemvPolicy`` of the bf16 GEMV, e.g. ``linear_m=0``,
+  ``prefetch=1`` (default: ``GemvPolicy.default_for`` the machine and its CPU family).
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
 - ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX``: ``auto`` (default), ``on`` or ``off``: whether prefill
   tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
@@ -29,9 +31,10 @@ ROOT = "PLUGIN_API_ONEDNN_ROOT"
 THREADS = "PLUGIN_API_ONEDNN_THREADS"
 LM_HEAD = "PLUGIN_API_ONEDNN_LM_HEAD"
 PANEL = "PLUGIN_API_ONEDNN_PANEL"
+GEMV = "PLUGIN_API_ONEDNN_GEMV"
 ATTENTION_MATRIX = "PLUGIN_API_ONEDNN_ATTENTION_MATRIX"
 ATTENTION_PREFETCH = "PLUGIN_API_ONEDNN_ATTENTION_PREFETCH"
-NAMES = (ROOT, THREADS, LM_HEAD, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
+NAMES = (ROOT, THREADS, LM_HEAD, GEMV, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
 MATRIX_MODES = ("auto", "on", "off")
 PREFETCH_MODES = ("auto", "l1", "l2")
 GEMV_MAX_M = 8  # rows the bf16 GEMV takes (gemv.cpp's kGemvMaxRows)
@@ -120,6 +123,55 @@ class LmHeadPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class GemvPolicy:
+    """The bf16 GEMV (``csrc/gemv.cpp``, AVX-512 BF16) beyond the LM head, and how it reads.
+
+    - ``linear_m``: linear-usage calls of at most this many rows (bf16 ``x``, no bias) run the
+      GEMV on oneDNN's packed weights instead of oneDNN's kernel; 0: never. (LM-head calls:
+      ``LmHeadPolicy.gemv_m``.)
+    - ``prefetch``: 1, a non-temporal software prefetch ahead of each k-pair step; 0, none (the
+      hardware prefetchers alone).
+
+    ``default_for``: on x86, ``linear_m=8``; the prefetch only on AMD family 26 (Zen 5), where it
+    was tuned. On the Zen 4 (family 25) it halved the GEMV's read rate, and without it the GEMV
+    took 0.62-0.74x oneDNN's time on a decoder layer's linears at M = 1-8 and 0.80-0.88x on LM
+    heads at M = 1 (docs/measurements/cpu-arm-acl/2026-12-05-zen4.md). Other CPUs: unmeasured,
+    no prefetch.
+    """
+
+    linear_m: int = 0
+    prefetch: int = 0
+
+    def __post_init__(self) -> None:
+        _check_ints(self, lowest={"linear_m": 0, "prefetch": 0})
+        if self.linear_m > GEMV_MAX_M:
+            raise ValueError(f"GemvPolicy.linear_m={self.linear_m} must be at most {GEMV_MAX_M}")
+        if self.prefetch not in (0, 1):
+            raise ValueError(f"GemvPolicy.prefetch={self.prefetch} must be 0 or 1")
+
+    def describe(self) -> str:
+        rows = (
+            f"linear calls of M <= {self.linear_m} run the bf16 GEMV"
+            if self.linear_m
+            else "linear calls never run the bf16 GEMV"
+        )
+        return f"{rows}; GEMV prefetch {'on' if self.prefetch else 'off'}"
+
+    @classmethod
+    def parse(cls, text: str) -> GemvPolicy:
+        """``"linear_m=4,prefetch=1"``; omitted keys keep their defaults."""
+        return _parse(cls, GEMV, text)
+
+    @classmethod
+    def default_for(cls, machine: str, cpu: tuple[str, int] | None) -> GemvPolicy:
+        """The measured default for an architecture and (vendor, family) (see the class)."""
+        if machine not in X86:
+            return cls()
+        zen5_or_later = cpu is not None and cpu[0] == "AuthenticAMD" and cpu[1] >= 26
+        return cls(linear_m=GEMV_MAX_M, prefetch=int(zen5_or_later))
+
+
+@dataclass(frozen=True, slots=True)
 class PanelPolicy:
     """How the panel GEMMs run (bf16 where oneDNN has no bf16 kernel, fp16, exact int8 where its
     s8 kernel saturates): which ISA's kernels, and how the loops block.
@@ -198,6 +250,7 @@ class PluginSettings:
     panel: PanelPolicy = PanelPolicy()
     attention_matrix: str = "auto"  # one of MATRIX_MODES
     attention_prefetch: str = "auto"  # one of PREFETCH_MODES
+    gemv: GemvPolicy | None = None  # None: GemvPolicy.default_for the machine
 
 
 def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
@@ -215,7 +268,8 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
     panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else PanelPolicy()
     matrix = _mode(env, ATTENTION_MATRIX, MATRIX_MODES)
     prefetch = _mode(env, ATTENTION_PREFETCH, PREFETCH_MODES)
-    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix, prefetch)
+    gemv = GemvPolicy.parse(env[GEMV]) if GEMV in env else None
+    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix, prefetch, gemv)
 
 
 def _mode(env: Mapping[str, str], name: str, modes: tuple[str, ...]) -> str:

@@ -28,7 +28,7 @@ from plugin_api_cpu_arm_acl.isa import int8_matmul_exact, int8_panel_exact
 from plugin_api_cpu_arm_acl.kernel_probe import onednn_bf16, onednn_serves
 from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
-from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
+from plugin_api_cpu_arm_acl.settings import GemvPolicy, LmHeadPolicy, PanelPolicy
 
 BF16, F16, F32, S8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 AVX2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "fma", "f16c"}))
@@ -89,7 +89,8 @@ def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
         impl = PanelGemm(threads=2)
     else:
         form = ACL if impl_name == "onednn-acl-form" else None  # None: this machine's
-        impl = OneDnnGemm(threads=2, policy=policy, form=form, strict=True)
+        # oneDNN's primitives are what these calls key: none goes to the GEMV
+        impl = OneDnnGemm(threads=2, policy=policy, form=form, strict=True, gemv=GemvPolicy())
     base_wdt, variations = _variations(impl_name.split("-")[0], host)
     prim_of: dict[GemmProblem, object] = {}
     packed: dict[tuple, object] = {}
@@ -206,7 +207,7 @@ def test_lm_head_runs_few_rows_on_the_padded_kernel(onednn_backend):
     """M < pad_m LM-head rows run the pad_m-row primitive; results as the fp64 oracle."""
     if not onednn_bf16(onednn_backend.info):
         pytest.skip("no optimised oneDNN bf16 kernel here")
-    impl = OneDnnGemm(threads=2, policy=LmHeadPolicy(enabled=False, pad_m=4))
+    impl = OneDnnGemm(threads=2, policy=LmHeadPolicy(enabled=False, pad_m=4), gemv=GemvPolicy())
     w = _rand(300, 512, seed=7, scale=0.05)
     for odt in (F32, BF16):
         for usage in ("lm_head", "linear"):
@@ -230,7 +231,9 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
     the kernel each call ran is what the bench reports."""
     from plugin_api.ops.provenance import record_kernels
 
-    impl = OneDnnGemm(threads=2, policy=LmHeadPolicy(enabled=False, gemv_m=8))
+    impl = OneDnnGemm(
+        threads=2, policy=LmHeadPolicy(enabled=False, gemv_m=8), gemv=GemvPolicy(linear_m=0)
+    )
     w = _rand(300, 512, seed=8, scale=0.05)
     spec = GemmSpec(300, 512, BF16, odt, "lm_head")
     packed = impl.prepare(spec, w, None)
@@ -250,6 +253,42 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
         torch.testing.assert_close(out.double(), exact, **tol)
         gemv = m <= 8 and bias is None and usage == "lm_head"
         assert (kernels == [GEMV_KERNEL]) is gemv, (m, bias, usage, kernels)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_linear_few_rows_run_the_gemv_per_gemv_policy(onednn_backend, prefetch):
+    """GemvPolicy.linear_m routes linear calls of that many rows (bf16, no bias) to the GEMV,
+    with or without its prefetch, as the fp64 oracle; more rows or a bias run oneDNN."""
+    from plugin_api.ops.provenance import record_kernels
+
+    impl = OneDnnGemm(threads=2, gemv=GemvPolicy(linear_m=3, prefetch=prefetch))
+    w = _rand(200, 256, seed=3, scale=0.05)
+    spec = GemmSpec(200, 256, BF16, BF16, "linear")
+    packed = impl.prepare(spec, w, None)
+    if not packed.gemv:
+        pytest.skip(f"oneDNN packed {packed.layout!r} here, or this build lacks AVX-512 BF16")
+    for m, bias in [(1, None), (3, None), (4, None), (2, True)]:
+        x = _rand(m, 256, seed=10 + m)
+        b = _rand(1, 200, seed=m)[0].float() if bias else None
+        out = torch.full((m, 200), float("nan"), dtype=BF16)
+        with record_kernels() as kernels:
+            impl.mm(spec, x, packed, b, out)
+        exact = x.double() @ w.double().t() + (0 if b is None else b.double())
+        torch.testing.assert_close(out.double(), exact, atol=2e-2, rtol=1.6e-2)
+        assert (kernels == [GEMV_KERNEL]) is (m <= 3 and bias is None), (m, bias, kernels)
+
+
+def test_gemv_policy_defaults_and_parse():
+    zen4, zen5 = ("AuthenticAMD", 25), ("AuthenticAMD", 26)
+    assert GemvPolicy.default_for("x86_64", zen4) == GemvPolicy(linear_m=8, prefetch=0)
+    assert GemvPolicy.default_for("x86_64", zen5) == GemvPolicy(linear_m=8, prefetch=1)
+    assert GemvPolicy.default_for("x86_64", None) == GemvPolicy(linear_m=8, prefetch=0)
+    assert GemvPolicy.default_for("aarch64", zen5) == GemvPolicy()
+    assert GemvPolicy.parse("linear_m=2,prefetch=1") == GemvPolicy(2, 1)
+    assert "M <= 2 run the bf16 GEMV; GEMV prefetch on" in GemvPolicy(2, 1).describe()
+    for bad in ("linear_m=9", "prefetch=2", "rows=1"):
+        with pytest.raises(SettingError, match="PLUGIN_API_ONEDNN_GEMV"):
+            GemvPolicy.parse(bad)
 
 
 def test_lm_head_policy_gemv_rows():

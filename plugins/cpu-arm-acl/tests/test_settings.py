@@ -26,7 +26,7 @@ def test_descriptor_declares_every_setting():
 
 def test_defaults():
     s = settings.read({})
-    assert s == settings.PluginSettings(None, None, None, PanelPolicy())
+    assert s == settings.PluginSettings(None, None, None, PanelPolicy(), gemv=None)
     assert LmHeadPolicy.default_for("aarch64") == LmHeadPolicy(64000, 9)
     assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4, gemv_m=8)
 

@@ -120,7 +120,7 @@ bool gemv_layout(const c10::intrusive_ptr<PackedWeights>& w) {
 }
 
 void gemv(const c10::intrusive_ptr<PackedWeights>& w, const Tensor& x, const Tensor& out,
-          int64_t threads) {
+          int64_t threads, bool prefetch) {
   check_cpu(x, "x");
   check_cpu(out, "out");
   const PairedBlocks pb = paired_blocks(*w->p);
@@ -135,7 +135,7 @@ void gemv(const c10::intrusive_ptr<PackedWeights>& w, const Tensor& x, const Ten
               "pa_cpu_onednn: gemv out must be fp32 or bf16 [M, N] with unit stride");
   rethrow([&] {
     gemv_bf16(pb, static_cast<const uint16_t*>(x.data_ptr()), x.size(0), x.stride(0),
-              out.data_ptr(), code_of(out), out.stride(0), threads);
+              out.data_ptr(), code_of(out), out.stride(0), threads, prefetch);
     return 0;
   });
 }

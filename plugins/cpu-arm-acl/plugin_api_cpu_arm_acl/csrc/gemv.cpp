@@ -21,16 +21,14 @@ namespace pa_onednn {
 #if defined(__AVX512BF16__)
 namespace {
 
-// Bytes ahead of the current k-pair step that each step asks for, two of its four lines
-// (non-temporal: the weights are read once). On the Zen 5: all four lines, 0.95-0.97x the rate.
-// More rows make a step slower, and then 2 KB ahead served better: alternating pairs of calls,
-// 1 KB -> 2 KB took 0.94-1.0x the time at M = 3 and 4 (four runs each), 1.01-1.03x at M = 1
-// (three), 0.95-1.02x at M = 2 (seven); at M = 5-8, 3 KB and 4 KB took 0.98-1.01x 2 KB's time.
+// With `prefetch`, bytes ahead of the current k-pair step that each step asks for, two of its
+// four lines (non-temporal: the weights are read once); tuned on a Zen 5, where it helps. On a
+// Zen 4 the same prefetch halved the read rate (GemvPolicy; docs/measurements/cpu-arm-acl).
 template <int M>
 constexpr int64_t kPrefetchBytes = M <= 2 ? 1024 : 2048;
 
 // Columns [64 nb, 64 nb + 64) of out for M rows: acc[r][t] holds columns 16 t .. 16 t + 15.
-template <int M>
+template <int M, bool Prefetch>
 void column_block(const PairedBlocks& w, int64_t nb, const uint16_t* x, int64_t ldx, void* out,
                   int64_t out_dt, int64_t ldo) {
   __m512 acc[M][4];
@@ -43,8 +41,10 @@ void column_block(const PairedBlocks& w, int64_t nb, const uint16_t* x, int64_t 
     const uint16_t* blk = col + kb * w.stride_k;
     for (int s = 0; s < 16; ++s) {  // k-pair step: 64 columns x 2 k = 256 bytes
       const uint16_t* step = blk + s * 128;
-      __builtin_prefetch(reinterpret_cast<const char*>(step) + kPrefetchBytes<M>, 0, 0);
-      __builtin_prefetch(reinterpret_cast<const char*>(step) + kPrefetchBytes<M> + 128, 0, 0);
+      if constexpr (Prefetch) {
+        __builtin_prefetch(reinterpret_cast<const char*>(step) + kPrefetchBytes<M>, 0, 0);
+        __builtin_prefetch(reinterpret_cast<const char*>(step) + kPrefetchBytes<M> + 128, 0, 0);
+      }
       __m512bh v[4];
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t)
@@ -78,10 +78,15 @@ void column_block(const PairedBlocks& w, int64_t nb, const uint16_t* x, int64_t 
 
 template <int M>
 void all_blocks(const PairedBlocks& w, const uint16_t* x, int64_t ldx, void* out, int64_t out_dt,
-                int64_t ldo, int64_t threads) {
+                int64_t ldo, int64_t threads, bool prefetch) {
   const int64_t blocks = (w.n + 63) / 64;
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t nb = 0; nb < blocks; ++nb) column_block<M>(w, nb, x, ldx, out, out_dt, ldo);
+  for (int64_t nb = 0; nb < blocks; ++nb) {
+    if (prefetch)
+      column_block<M, true>(w, nb, x, ldx, out, out_dt, ldo);
+    else
+      column_block<M, false>(w, nb, x, ldx, out, out_dt, ldo);
+  }
 }
 
 }  // namespace
@@ -89,17 +94,17 @@ void all_blocks(const PairedBlocks& w, const uint16_t* x, int64_t ldx, void* out
 bool gemv_available() { return true; }
 
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
-               int64_t out_dt, int64_t ldo, int64_t threads) {
+               int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
   const int64_t t = threads > 0 ? threads : omp_get_max_threads();
   switch (m) {
-    case 1: all_blocks<1>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 2: all_blocks<2>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 3: all_blocks<3>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 4: all_blocks<4>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 5: all_blocks<5>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 6: all_blocks<6>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 7: all_blocks<7>(w, x, ldx, out, out_dt, ldo, t); break;
-    case 8: all_blocks<8>(w, x, ldx, out, out_dt, ldo, t); break;
+    case 1: all_blocks<1>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 2: all_blocks<2>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 3: all_blocks<3>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 4: all_blocks<4>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 5: all_blocks<5>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 6: all_blocks<6>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 7: all_blocks<7>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
+    case 8: all_blocks<8>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
     default: throw std::invalid_argument("gemv_bf16: m must be 1..8");
   }
 }
@@ -109,7 +114,7 @@ void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx,
 bool gemv_available() { return false; }
 
 void gemv_bf16(const PairedBlocks&, const uint16_t*, int64_t, int64_t, void*, int64_t, int64_t,
-               int64_t) {
+               int64_t, bool) {
   throw std::runtime_error("gemv_bf16: this build has no AVX-512 BF16");
 }
 

@@ -91,9 +91,10 @@ constexpr int64_t kGemvMaxRows = 8;
 PairedBlocks paired_blocks(const Packed& p);
 bool gemv_available();  // compiled with AVX-512 BF16
 // out[m, n] (fp32 or bf16, row stride ldo) = x[m, k] (bf16, row stride ldx) @ W^T, fp32
-// accumulation, bf16 out rounded once (nearest even); 1 <= m <= kGemvMaxRows.
+// accumulation, bf16 out rounded once (nearest even); 1 <= m <= kGemvMaxRows. `prefetch`: a
+// software prefetch ahead of each step (GemvPolicy.prefetch).
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
-               int64_t out_dt, int64_t ldo, int64_t threads);
+               int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch);
 
 int64_t panel_count(int64_t n);                // panels of 16 columns
 int64_t panel_steps(int64_t w_dt, int64_t k);  // k steps per panel (int8: k-pairs)
