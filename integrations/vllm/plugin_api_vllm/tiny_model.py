@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,21 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
             "tie_word_embeddings": True,
         },
     ),
+    # Gemma-4 text stack (Gemma4ForCausalLM): the second half of the layers computes no K/V and
+    # reads the cache of the last earlier layer of its type (vLLM's kv_sharing_target_layer_name;
+    # their attention gets key=value=None); with 4 layers, 2 (sliding) reads 0 and 3 (global)
+    # reads 1. QK norms, a parameter-free V norm, scale 1, partial ("proportional") RoPE on the
+    # global layers; one head size on every layer, no per-layer input embeddings, no experts.
+    # LM head untied: tied, these random weights only repeat the last token
+    "kv-sharing": (
+        "Gemma4TextConfig",
+        {
+            "head_dim": None,
+            "global_head_dim": None,
+            "sliding_window": 24,
+            "hidden_size_per_layer_input": 0,
+        },
+    ),
 }
 
 
@@ -70,7 +85,21 @@ BENCH_SHAPE = Shape(
     layers=8, hidden=2048, intermediate=5632, heads=32, kv_heads=8, vocab=32000, max_positions=4096
 )
 
+# A kind's shape where the default one does not fit it
+DEFAULT_SHAPES = {"kv-sharing": Shape(layers=4)}
+
 SPECIALS = ["<s>", "</s>"]
+
+
+def _kv_sharing_layers(layers: int) -> dict[str, Any]:
+    """Sliding and global layers alternating; the second half reads the first half's cache
+    (each layer the last earlier one of its type: with 4 layers, 2 -> 0 and 3 -> 1)."""
+    if layers < 4 or layers % 2:
+        raise ValueError(f"kv-sharing needs an even number of layers >= 4, not {layers}")
+    return {
+        "layer_types": ["sliding_attention", "full_attention"] * (layers // 2),
+        "num_kv_shared_layers": layers // 2,
+    }
 
 
 def _tokenizer(vocab: int) -> Any:
@@ -91,13 +120,16 @@ def _tokenizer(vocab: int) -> Any:
     return tok
 
 
-def build(kind: str, path: str | Path, shape: Shape = Shape(), *, seed: int = 0) -> Path:
-    """Write a ``kind`` checkpoint of ``shape`` to ``path`` (config, safetensors, tokenizer)."""
+def build(kind: str, path: str | Path, shape: Shape | None = None, *, seed: int = 0) -> Path:
+    """Write a ``kind`` checkpoint of ``shape`` (default: the kind's) to ``path`` (config,
+    safetensors, tokenizer)."""
     import transformers
 
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}; known: {', '.join(KINDS)}")
     cls_name, extra = KINDS[kind]
+    if shape is None:
+        shape = DEFAULT_SHAPES.get(kind, Shape())
     fields = {
         "vocab_size": shape.vocab,
         "hidden_size": shape.hidden,
@@ -113,8 +145,11 @@ def build(kind: str, path: str | Path, shape: Shape = Shape(), *, seed: int = 0)
         **{k: v for k, v in extra.items() if v is not None},
         **shape.extra,
     }
-    if "head_dim" in extra:
-        fields["head_dim"] = shape.hidden // shape.heads
+    for key in ("head_dim", "global_head_dim"):  # None in KINDS: hidden / heads
+        if key in extra:
+            fields[key] = shape.hidden // shape.heads
+    if kind == "kv-sharing":
+        fields |= _kv_sharing_layers(shape.layers)
     config = getattr(transformers, cls_name)(**fields)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -201,11 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=sorted(KINDS))
     ap.add_argument("path")
-    ap.add_argument("--layers", type=int, default=Shape.layers)
+    ap.add_argument("--layers", type=int, help=f"default {Shape.layers} (kv-sharing: 4)")
     ap.add_argument("--bench-shape", action="store_true", help="the benchmark's 0.49B shape")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    shape = BENCH_SHAPE if args.bench_shape else Shape(layers=args.layers)
+    shape = DEFAULT_SHAPES.get(args.kind, Shape())
+    if args.bench_shape:
+        shape = BENCH_SHAPE
+    if args.layers is not None:
+        shape = replace(shape, layers=args.layers)
     print(build(args.kind, args.path, shape, seed=args.seed))
     return 0
 

@@ -21,7 +21,7 @@ from plugin_api_vllm.versions import UnsupportedVllm, check_vllm
 # How many GiB of KV cache vLLM may take: its default is most of the machine's memory.
 KV_SPACE_GIB = "1"
 MODELS = ("llama", "qwen3", "sliding", "softcap", "sinks")  # the default set of a run
-BUILT = (*MODELS, "llama-w8a8")
+BUILT = (*MODELS, "llama-w8a8", "kv-sharing")
 
 
 def vllm_missing() -> str | None:

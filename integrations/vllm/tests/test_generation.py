@@ -49,6 +49,22 @@ def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     assert set(kinds) == {"attention", "linear-int8", "lm_head"}
 
 
+@pytest.mark.parametrize("backend", BRIDGED)
+def test_kv_sharing_layers_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
+    # Gemma-4's last layers read an earlier layer's KV cache (vLLM passes key=value=None to
+    # them); in the 4-layer model, 2 (sliding) reads 0 and 3 (global) reads 1
+    own = runs.get(None, kinds=("kv-sharing",))["kv-sharing"]
+    bridged = runs.get(backend, kinds=("kv-sharing",))["kv-sharing"]
+    assert bridged["backend"] == backend and bridged["tokens"] == own["tokens"]
+    report = bridged["report"]
+    served = native_served(report, backend)  # every layer ran, natively on cpu-arm-acl
+    assert set(served) == {"attention", "linear", "lm_head"}
+    attn = {n: e for n, e in report["layers"].items() if e["kind"] == "attention"}
+    shared = {n.split(".")[2] for n, e in attn.items() if "kv-sharing" in e["spec"].split()}
+    assert shared == {"2", "3"} and len(attn) == 4
+    assert "window=24" in attn["model.layers.2.self_attn.attn"]["spec"]
+
+
 def test_fp8_kv_cache_on_cpu_arm_acl_equals_the_reference(runs: Any) -> None:
     # vLLM's --kv-cache-dtype fp8 maps to plugin-api's fp8 cache; the contract's oracle is the
     # reference backend (vLLM's own fp8 CPU cache rounds differently: not compared)
