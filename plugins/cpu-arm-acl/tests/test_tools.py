@@ -58,7 +58,11 @@ def test_stream_fma_probe_reports_every_loop(tmp_path):
     assert {r["loop"] for r in rows} >= {"ideal fmas=0", "ideal fmas=8", "gemv M=8 T=3"}
     for r in rows:
         assert r["gbs"] > 0 and r["copy_gbs"] > 0, r
-        assert r["of_copy"] == pytest.approx(r["gbs"] / r["copy_gbs"], abs=2e-3), r
+        # the ratio is of the unrounded rates; gbs and copy_gbs are printed to 0.01 GB/s, which
+        # moves their quotient by up to this much (more on a loaded machine's low copy rate)
+        ratio = r["gbs"] / r["copy_gbs"]
+        slack = ratio * (0.005 / r["gbs"] + 0.005 / r["copy_gbs"]) + 5e-4
+        assert r["of_copy"] == pytest.approx(ratio, abs=slack), r
         printed = 0.005 * r["fmas_per_line"] + 0.05  # gbs printed to 0.01, gflops to 0.1
         assert r["gflops"] == pytest.approx(r["gbs"] * r["fmas_per_line"], abs=printed + 1e-6), r
     bad = subprocess.run([exe, "--rounds", "0"], capture_output=True, text=True)
