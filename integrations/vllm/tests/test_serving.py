@@ -160,7 +160,7 @@ def test_concurrent_streaming_clients_get_every_token(served: Served) -> None:
 
     result = run_load(served.server.url, NAME, side=served.backend, clients=3, requests=6)
     assert result.errors == 0, result.error_samples
-    assert result.tokens_per_s * result.wall_s == 6 * 32
+    assert result.tokens == 6 * 32
 
 
 def test_fault_1_prompt_longer_than_the_model_gets_vllms_error(served: Served) -> None:
