@@ -41,11 +41,11 @@ _LAZY = {
     "StateSpec": "plugin_api.ops.state",
     "copy_state_blocks": "plugin_api.ops.state",
     "zero_state_blocks": "plugin_api.ops.state",
-    "GraphLevel": "plugin_api.ops.graphs",
-    "GraphSupport": "plugin_api.ops.graphs",
-    "Decision": "plugin_api.ops.decision",
-    "ImplPath": "plugin_api.ops.decision",
-    "record_ops": "plugin_api.ops.provenance",
+    "GraphLevel": "plugin_api.contract.graphs",
+    "GraphSupport": "plugin_api.contract.graphs",
+    "Decision": "plugin_api.contract.decision",
+    "ImplPath": "plugin_api.contract.decision",
+    "record_ops": "plugin_api.contract.provenance",
     "Backend": "plugin_api.backend",
     "backend_for": "plugin_api.backend",
     "current_backend": "plugin_api.backend",
@@ -53,11 +53,11 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .backend import Backend, backend_for, current_backend
+    from .contract.decision import Decision, ImplPath
+    from .contract.graphs import GraphLevel, GraphSupport
+    from .contract.provenance import record_ops
     from .ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache, attention
-    from .ops.decision import Decision, ImplPath
     from .ops.gemm import GemmSpec, PackedWeight, mm, prepare, scaled_mm
-    from .ops.graphs import GraphLevel, GraphSupport
-    from .ops.provenance import record_ops
     from .ops.quant import QuantSpec, per_token_group_quant
     from .ops.state import StateSpec, copy_state_blocks, zero_state_blocks
 

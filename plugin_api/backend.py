@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .contract import OpFamily
+from .contract.decision import Decision
+from .contract.provenance import Provenance
 from .device_info import DeviceInfo
 from .errors import FallbackRefused, UnsupportedSpec
-from .ops.decision import Decision
-from .ops.provenance import Provenance
 from .registry import REFERENCE_ID
 from .selection import PluginApiWarning, Resolved, current, resolve
 from .settings import Settings, read_settings

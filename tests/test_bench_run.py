@@ -166,7 +166,7 @@ def test_json_records_the_lm_head_argmax_when_lm_head_cases_ran(tiny_run):
 
 
 def test_kernel_names_reach_every_active_recorder():
-    from plugin_api.ops.provenance import note_kernel, record_kernels
+    from plugin_api.contract.provenance import note_kernel, record_kernels
 
     note_kernel("unrecorded")  # no recorder: nothing to do, no error
     with record_kernels() as outer:

@@ -56,7 +56,7 @@ def test_what_if_planning_of_the_gpu_plugins_imports_no_triton():
     body = """
 from plugin_api.contract import OpFamily
 from plugin_api.machines import MACHINES
-from plugin_api.model_specs import MODELS
+from plugin_api.cli.model_specs import MODELS
 from plugin_api_cuda_sm90.hooks import plugin_api_implementations as cuda
 from plugin_api_rocm.hooks import plugin_api_implementations as rocm
 from plugin_api_xpu.hooks import plugin_api_implementations as xpu

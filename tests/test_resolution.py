@@ -10,9 +10,9 @@ import torch
 
 import plugin_api as pa
 from plugin_api.backend import Backend, backend_for
+from plugin_api.contract.graphs import GraphLevel, GraphSupport, resolve_model_graph_level
 from plugin_api.errors import FallbackRefused, UnsupportedSpec
 from plugin_api.ops.gemm import GemmProblem
-from plugin_api.ops.graphs import GraphLevel, GraphSupport, resolve_model_graph_level
 from plugin_api.ops.primitive_cache import PrimitiveCache
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings

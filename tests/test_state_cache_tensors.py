@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from plugin_api.backend import backend_for
-from plugin_api.ops.provenance import record_ops
+from plugin_api.contract.provenance import record_ops
 from plugin_api.state_cache import BlockPool, PrefixCache, StateCacheError, StateCacheManager
 from plugin_api.state_cache.tensors import copy_fork_blocks, zero_fresh_blocks
 

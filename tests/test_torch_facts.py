@@ -1,4 +1,4 @@
-"""Machine facts about torch on a GPU platform (``plugin_api.torch_facts``): their keys, how a
+"""Machine facts about torch on a GPU platform (``plugin_api.gpu.torch_facts``): their keys, how a
 fact becomes a decision, and the trials that produce them, run here (no GPU: nothing may run on
 a device, and each fact says why)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plugin_api.device_graphs import graph_module
 from plugin_api.device_info import TorchBuild
-from plugin_api.device_trials import int_mm_on, mm_out_dtype_on
+from plugin_api.gpu.device_graphs import graph_module
+from plugin_api.gpu.device_trials import int_mm_on, mm_out_dtype_on
+from plugin_api.gpu.platforms import CUDA, ROCM, XPU
+from plugin_api.gpu.torch_facts import GRAPH_CAPTURE, INT_MM, MM_OUT_DTYPE, NAMES, TorchFacts
 from plugin_api.machines import MACHINES
-from plugin_api.platforms import CUDA, ROCM, XPU
 from plugin_api.reference.gemm import has_out_dtype_mm
-from plugin_api.torch_facts import GRAPH_CAPTURE, INT_MM, MM_OUT_DTYPE, NAMES, TorchFacts
 
 FACTS = TorchFacts("rocm", ROCM)
 

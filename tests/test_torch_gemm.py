@@ -1,4 +1,4 @@
-"""The host's torch GEMM (``plugin_api.torch_gemm``, used by xpu, rocm and cuda-sm90): its
+"""The host's torch GEMM (``plugin_api.gpu.torch_gemm``, used by xpu, rocm and cuda-sm90): its
 decisions from machine facts, and its torch calls on CPU tensors against the fp64/int64 oracles.
 The calls are the same on any device; on a GPU the conformance kit runs them there."""
 
@@ -10,11 +10,11 @@ import torch
 from plugin_api.conformance import oracle
 from plugin_api.conformance.test_gemm import TOLERANCE
 from plugin_api.errors import UnsupportedSpec
+from plugin_api.gpu.platforms import ROCM
+from plugin_api.gpu.torch_facts import INT_MM, MM_OUT_DTYPE, TorchFacts
+from plugin_api.gpu.torch_gemm import TorchGemm, int_mm_shape, out_dtype_mm
 from plugin_api.machines import MACHINES
 from plugin_api.ops.gemm import GemmSpec
-from plugin_api.platforms import ROCM
-from plugin_api.torch_facts import INT_MM, MM_OUT_DTYPE, TorchFacts
-from plugin_api.torch_gemm import TorchGemm, int_mm_shape, out_dtype_mm
 
 BF16, FP16, FP32, INT8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 FACTS = TorchFacts("test", ROCM)

@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from plugin_api.contract.decision import Decision
+from plugin_api.contract.graphs import GraphLevel
 from plugin_api.device_info import DeviceInfo, TorchBuild
+from plugin_api.gpu.triton_target import TritonTarget
 from plugin_api.ops.attention import FP8, AttentionSpec
-from plugin_api.ops.decision import Decision
-from plugin_api.ops.graphs import GraphLevel
 from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
 from plugin_api.triton.impl import TritonAttention, TritonQuant, TritonState
 from plugin_api.triton.launch import DEFAULT, TABLES, AttentionLaunch, LaunchTable, lookup
-from plugin_api.triton_target import TritonTarget
 
 
 def _capture(info: DeviceInfo) -> Decision:

@@ -7,15 +7,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import lm_head_argmax, state_manager
 from .cases import ALL, FAMILIES, QUICK, Family
 from .ceilings import Ceilings
 from .harness import Stats
-
-if TYPE_CHECKING:
-    from .run import BenchRun, CaseResult
+from .results import BenchRun, CaseResult
 
 SCHEMA = 1
 

@@ -11,71 +11,24 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Literal, TextIO
+from typing import TextIO
 
 import torch
 
 from ..backend import Backend
+from ..contract.provenance import record_kernels, record_ops
 from ..errors import FallbackRefused, UnsupportedSpec
-from ..ops.provenance import Provenance, record_kernels, record_ops
 from . import harness, lm_head_argmax, state_manager
 from .baselines import Baseline
 from .cases import Case, Family, select
-from .ceilings import Bound, Ceilings, copy_buffer_bytes, measure_bandwidth, measure_ceilings
-from .harness import CacheSize, Evictor, Method, Stats, measure
-from .lm_head_argmax import ArgmaxFlips
+from .ceilings import Ceilings, copy_buffer_bytes, measure_bandwidth, measure_ceilings
+from .harness import Evictor, Method, measure
 from .machine import describe_machine
 from .report import progress_line
-from .state_manager import ManagerCost
+from .results import BenchRun, CaseResult, Mode, Timed
 from .workloads import Context, setup
-
-Status = Literal["ok", "unsupported", "error"]
-Mode = Literal["cold", "hot"]
-
-
-@dataclass(frozen=True, slots=True)
-class Timed:
-    """A baseline's measurement (or why it has none)."""
-
-    name: str
-    description: str
-    stats: Stats | None
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    case: Case
-    status: Status
-    bound: Bound
-    mode: Mode
-    stats: Stats | None = None
-    provenance: tuple[Provenance, ...] = ()
-    baselines: tuple[Timed, ...] = ()
-    message: str = ""
-    wall_s: float = 0.0  # setup and every call of the backend and its baselines
-    kernels: tuple[str, ...] = ()  # library kernels the implementations named (note_kernel)
-
-
-@dataclass(frozen=True, slots=True)
-class BenchRun:
-    backend: str
-    device: str
-    quick: bool
-    hot: bool
-    method: Method
-    llc: CacheSize
-    eviction_bytes: int
-    ceilings: Ceilings
-    machine: dict[str, Any]
-    results: tuple[CaseResult, ...]
-    started: str
-    wall_s: float
-    command: str = ""
-    state_manager: ManagerCost | None = None
-    lm_head_argmax: ArgmaxFlips | None = None
 
 
 def _error(e: BaseException) -> str:

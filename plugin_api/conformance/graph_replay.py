@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from ..backend import backend_for
-from ..device_graphs import capture, synchronize
+from ..contract.graphs import GraphLevel
 from ..errors import SelectionError
+from ..gpu.device_graphs import capture, synchronize
 from ..ops.attention import Attention, AttentionSpec
-from ..ops.graphs import GraphLevel
 from .cases import make_case
 
 

@@ -74,7 +74,7 @@ class Coverage:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
-        from ..ops.provenance import record_ops
+        from ..contract.provenance import record_ops
 
         rejected_before = REJECTED.copy()
         with record_ops() as calls:

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from plugin_api.contract import OpFamily
+from plugin_api.contract.graphs import GraphLevel, GraphSupport
+from plugin_api.contract.provenance import record_ops
 from plugin_api.ops.attention import FP8, Attention, AttentionSpec
-from plugin_api.ops.graphs import GraphLevel, GraphSupport
-from plugin_api.ops.provenance import record_ops
 
 from . import oracle
 from .cases import PagedCase, make_case

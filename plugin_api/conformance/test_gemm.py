@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from plugin_api.contract import OpFamily
+from plugin_api.contract.provenance import record_ops
 from plugin_api.ops import gemm
-from plugin_api.ops.provenance import record_ops
 
 from . import oracle
 from .plugin import own_or_skip

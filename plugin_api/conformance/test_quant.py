@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from plugin_api.contract import OpFamily
-from plugin_api.ops.provenance import record_ops
+from plugin_api.contract.provenance import record_ops
 from plugin_api.ops.quant import QuantSpec, per_token_group_quant
 
 from . import oracle

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from plugin_api.contract import OpFamily
-from plugin_api.ops.provenance import record_ops
+from plugin_api.contract.provenance import record_ops
 from plugin_api.ops.state import StateSpec, copy_state_blocks, zero_state_blocks
 from plugin_api.state_cache import BlockPool, StateCacheManager
 from plugin_api.state_cache.tensors import zero_fresh_blocks

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from ..contract import OpFamily
+from ..contract.decision import Decision, ImplPath
+from ..contract.graphs import GraphSupport
+from ..contract.provenance import Provenance, note
 from . import checks
-from .decision import Decision, ImplPath
-from .graphs import GraphSupport
 from .huge_pages import advise_huge_pages
-from .provenance import Provenance, note
 
 if TYPE_CHECKING:
     from ..backend import Backend

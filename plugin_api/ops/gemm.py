@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import torch
 
 from ..contract import OpFamily
+from ..contract.decision import Decision, ImplPath
+from ..contract.provenance import Provenance, note
 from . import checks
-from .decision import Decision, ImplPath
-from .provenance import Provenance, note
 
 if TYPE_CHECKING:
     from ..backend import Backend

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from ..contract import OpFamily
+from ..contract.decision import Decision, ImplPath
+from ..contract.provenance import note
 from . import checks
-from .decision import Decision, ImplPath
-from .provenance import note
 
 if TYPE_CHECKING:
     from ..backend import Backend

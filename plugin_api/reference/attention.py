@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
+from plugin_api.contract.graphs import GraphLevel, GraphSupport
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import FP8, FP8_MAX, AttentionBatch, AttentionSpec, KVCache
-from plugin_api.ops.decision import Decision, ImplPath
-from plugin_api.ops.graphs import GraphLevel, GraphSupport
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.device_info import DeviceInfo
-from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.gemm import GemmSpec
 
 

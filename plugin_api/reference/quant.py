@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.device_info import DeviceInfo
-from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.quant import QMAX, QuantSpec
 
 

@@ -6,7 +6,7 @@ per-device launch tables and ``impl`` the implementation objects that follow the
 protocols. Those objects import the kernel modules only when a kernel first runs, so a plugin
 can list them (and ``supports`` can answer what-if questions) on a machine without triton.
 Neither ``import plugin_api`` nor backend selection imports this package; a plugin declares
-where the kernels run with ``plugin_api.triton_target.TritonTarget``.
+where the kernels run with ``plugin_api.gpu.triton_target.TritonTarget``.
 
 On the CPU the kernels run only under ``TRITON_INTERPRET=1`` (tests); there is no Triton-on-CPU
 backend.

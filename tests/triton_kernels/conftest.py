@@ -40,7 +40,7 @@ DESCRIPTOR = BackendDescriptor(
 
 HOOKS = """
 from plugin_api import Availability, hookimpl
-from plugin_api.ops.decision import Decision
+from plugin_api.contract.decision import Decision
 DEVICE = {device!r}
 TRITONS = ("triton", "pytorch-triton-xpu", "pytorch-triton-rocm")
 @hookimpl

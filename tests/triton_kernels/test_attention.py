@@ -14,9 +14,9 @@ from plugin_api.conformance.test_attention import (
     spec_of,
 )
 from plugin_api.conformance.test_attention import FEATURES as KIT_FEATURES
+from plugin_api.contract.decision import ImplPath
+from plugin_api.contract.graphs import GraphLevel
 from plugin_api.ops.attention import FP8, Attention
-from plugin_api.ops.decision import ImplPath
-from plugin_api.ops.graphs import GraphLevel
 
 FEATURES: dict[str, dict[str, object]] = {
     **KIT_FEATURES,

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from plugin_api.conformance import oracle
-from plugin_api.ops.decision import ImplPath
-from plugin_api.ops.provenance import record_ops
+from plugin_api.contract.decision import ImplPath
+from plugin_api.contract.provenance import record_ops
 from plugin_api.ops.quant import per_token_group_quant
 
 FP8 = torch.float8_e4m3fn

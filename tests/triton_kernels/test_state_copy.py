@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plugin_api.ops.decision import ImplPath
-from plugin_api.ops.provenance import record_ops
+from plugin_api.contract.decision import ImplPath
+from plugin_api.contract.provenance import record_ops
 from plugin_api.ops.state import copy_state_blocks, zero_state_blocks
 
 # A Mamba2-like group, plus a block larger than any launch table's tile (several programs).

@@ -4,7 +4,7 @@ Light to import (no triton): a plugin builds them with its ``TritonTarget`` and 
 ``plugin_api_implementations``; the kernel modules load when a kernel first runs.
 """
 
-from ...triton_target import MIN_TRITON, TritonTarget
+from ...gpu.triton_target import MIN_TRITON, TritonTarget
 from .attention import TritonAttention, TritonAttentionPlan
 from .quant import TritonQuant
 from .state import TritonState

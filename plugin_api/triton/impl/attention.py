@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ...contract.decision import Decision, ImplPath
+from ...contract.graphs import GraphLevel, GraphSupport
 from ...device_info import DeviceInfo
+from ...gpu.triton_target import TritonTarget
 from ...ops.attention import AttentionBatch, AttentionSpec, KVCache
-from ...ops.decision import Decision, ImplPath
-from ...ops.graphs import GraphLevel, GraphSupport
-from ...triton_target import TritonTarget
 from ..launch import AttentionLaunch, table_for
 
 MAX_HEAD_SIZE = 256  # one [BLOCK_M, head_size] fp32 accumulator per program stays in registers

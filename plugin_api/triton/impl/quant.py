@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ...contract.decision import Decision, ImplPath
 from ...device_info import DeviceInfo
-from ...ops.decision import Decision, ImplPath
+from ...gpu.triton_target import TritonTarget
 from ...ops.quant import QuantSpec
-from ...triton_target import TritonTarget
 
 
 class TritonQuant:

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import torch
 
+from ...contract.decision import Decision, ImplPath
 from ...device_info import DeviceInfo
-from ...ops.decision import Decision, ImplPath
+from ...gpu.triton_target import TritonTarget
 from ...ops.state import StateSpec
-from ...triton_target import TritonTarget
 
 
 class TritonState:

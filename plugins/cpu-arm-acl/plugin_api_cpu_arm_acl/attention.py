@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
+from plugin_api.contract.graphs import GraphLevel, GraphSupport
 from plugin_api.device_info import DeviceInfo, read_device_info
 from plugin_api.ops.attention import FP8, AttentionBatch, AttentionSpec, KVCache
-from plugin_api.ops.decision import Decision, ImplPath
-from plugin_api.ops.graphs import GraphLevel, GraphSupport
 
 from . import _attention_ext as ext
 from . import cpu_family

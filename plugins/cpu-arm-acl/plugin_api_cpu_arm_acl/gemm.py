@@ -30,13 +30,13 @@ from typing import Any
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
+from plugin_api.contract.provenance import note_kernel
 from plugin_api.device_info import DeviceInfo
 from plugin_api.errors import FallbackRefused
 from plugin_api.ops import checks
-from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
 from plugin_api.ops.primitive_cache import PrimitiveCache
-from plugin_api.ops.provenance import note_kernel
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import read_settings
 

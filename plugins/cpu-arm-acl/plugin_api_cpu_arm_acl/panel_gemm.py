@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.device_info import DeviceInfo, read_device_info
 from plugin_api.ops import checks
-from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
 from plugin_api.ops.primitive_cache import PrimitiveCache
 

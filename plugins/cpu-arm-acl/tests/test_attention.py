@@ -16,11 +16,11 @@ from torch.utils.cpp_extension import include_paths
 from plugin_api.backend import backend_for
 from plugin_api.conformance.cases import make_case
 from plugin_api.conformance.test_attention import TOLERANCE, run_and_check, spec_of
+from plugin_api.contract.graphs import GraphLevel
 from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
 from plugin_api.errors import BackendUnavailable
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8, Attention, AttentionSpec
-from plugin_api.ops.graphs import GraphLevel
 from plugin_api_cpu_arm_acl import _attention_ext as ext
 from plugin_api_cpu_arm_acl import cpu_family
 from plugin_api_cpu_arm_acl.attention import CpuPagedAttention, matrix_path, prefetch_target

@@ -229,7 +229,7 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
     """M <= gemv_m LM-head rows run the bf16 GEMV on oneDNN's packed weights (strided rows too,
     N not a multiple of 64), as the fp64 oracle; more rows, a bias or another usage run oneDNN;
     the kernel each call ran is what the bench reports."""
-    from plugin_api.ops.provenance import record_kernels
+    from plugin_api.contract.provenance import record_kernels
 
     impl = OneDnnGemm(
         threads=2, policy=LmHeadPolicy(enabled=False, gemv_m=8), gemv=GemvPolicy(linear_m=0)
@@ -259,7 +259,7 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
 def test_linear_few_rows_run_the_gemv_per_gemv_policy(onednn_backend, prefetch):
     """GemvPolicy.linear_m routes linear calls of that many rows (bf16, no bias) to the GEMV,
     with or without its prefetch, as the fp64 oracle; more rows or a bias run oneDNN."""
-    from plugin_api.ops.provenance import record_kernels
+    from plugin_api.contract.provenance import record_kernels
 
     impl = OneDnnGemm(threads=2, gemv=GemvPolicy(linear_m=3, prefetch=prefetch))
     w = _rand(200, 256, seed=3, scale=0.05)

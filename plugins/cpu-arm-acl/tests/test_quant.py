@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from plugin_api.contract.provenance import record_ops
 from plugin_api.machines import MACHINES
-from plugin_api.ops.provenance import record_ops
 from plugin_api.ops.quant import QuantSpec, per_token_group_quant, scales_like
 from plugin_api.reference.quant import ReferenceQuant
 from plugin_api_cpu_arm_acl.quant import NativeGroupQuant

@@ -17,10 +17,10 @@ import threading
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
+from plugin_api.contract.graphs import GraphSupport
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
-from plugin_api.ops.decision import Decision, ImplPath
-from plugin_api.ops.graphs import GraphSupport
 
 from . import calls, metadata
 from .cudagraph import cudagraph_support

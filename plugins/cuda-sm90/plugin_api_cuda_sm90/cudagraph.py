@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from plugin_api.contract.graphs import GraphLevel, GraphSupport
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import FP8, AttentionSpec
-from plugin_api.ops.graphs import GraphLevel, GraphSupport
 
 from . import versions
 from .rules import HEAD_SIZES, MODEL_DTYPES, Arch, arch_of

@@ -1,6 +1,6 @@
 """GEMM on CUDA through torch: cuBLAS with an fp32 output straight from the fp32 accumulator
 (``torch.mm(..., out_dtype=torch.float32)``) for the LM head, and int8 W8A8 through
-``torch._int_mm``. The run methods are the host's (``plugin_api.torch_gemm``): both features are
+``torch._int_mm``. The run methods are the host's (``plugin_api.gpu.torch_gemm``): both features are
 checked on the device at ``prepare``; a missing one is an error, never emulated. Acceptance here
 is by architecture and torch version, so a what-if ``DeviceInfo`` gets the real answer.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
+from plugin_api.contract.decision import Decision
 from plugin_api.device_info import DeviceInfo
-from plugin_api.ops.decision import Decision
+from plugin_api.gpu.torch_gemm import TorchGemmRuns, int_mm_shape, wants_accumulator
 from plugin_api.ops.gemm import GemmSpec
-from plugin_api.torch_gemm import TorchGemmRuns, int_mm_shape, wants_accumulator
 
 from .rules import arch_of
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
-from plugin_api.platforms import CUDA
+from plugin_api.gpu.platforms import CUDA
 
 from . import versions
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import torch
 
+from plugin_api.contract.decision import Decision
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import FP8, AttentionSpec
-from plugin_api.ops.decision import Decision
 
 from . import versions
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from plugin_api.contract.decision import Decision
 from plugin_api.device_info import DeviceInfo
-from plugin_api.ops.decision import Decision
 
 DISTRIBUTION = "flashinfer-python"
 # The versions whose API this plugin binds its calls against (tests/test_flashinfer_calls.py)

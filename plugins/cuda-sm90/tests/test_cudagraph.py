@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from plugin_api.contract.graphs import GraphLevel
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8, AttentionSpec
-from plugin_api.ops.graphs import GraphLevel
 from plugin_api_cuda_sm90.cudagraph import TABLE, cudagraph_support
 from plugin_api_cuda_sm90.rules import attention_decision
 

@@ -1,5 +1,5 @@
 """The GEMM implementation: what it accepts (pure) and its run-time feature detection. Its torch
-paths are the host's (``plugin_api.torch_gemm``), run against the oracles in
+paths are the host's (``plugin_api.gpu.torch_gemm``), run against the oracles in
 ``tests/test_torch_gemm.py``."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 
 from plugin_api.device_info import TorchBuild
 from plugin_api.errors import UnsupportedSpec
+from plugin_api.gpu.torch_gemm import out_dtype_mm
 from plugin_api.machines import MACHINES
 from plugin_api.ops.gemm import GemmSpec
-from plugin_api.torch_gemm import out_dtype_mm
 from plugin_api_cuda_sm90.gemm import TorchCudaGemm
 
 H200 = MACHINES["h200"]

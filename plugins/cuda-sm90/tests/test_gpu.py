@@ -9,8 +9,8 @@ import torch
 
 from plugin_api.backend import backend_for
 from plugin_api.conformance.cases import make_case
-from plugin_api.device_graphs import capture
 from plugin_api.errors import SelectionError
+from plugin_api.gpu.device_graphs import capture
 from plugin_api.ops.attention import Attention, AttentionSpec
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from plugin_api.contract import OpFamily
+from plugin_api.contract.decision import ImplPath
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8
-from plugin_api.ops.decision import ImplPath
 from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
 from plugin_api_cuda_sm90.descriptor import DESCRIPTOR

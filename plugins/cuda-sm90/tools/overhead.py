@@ -22,7 +22,7 @@ import torch
 from targets import decode_setup
 
 from plugin_api.backend import backend_for
-from plugin_api.device_graphs import capture
+from plugin_api.gpu.device_graphs import capture
 
 
 def wall_us(fn: Callable[[], object], reps: int = 200) -> float:

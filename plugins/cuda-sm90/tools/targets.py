@@ -20,7 +20,7 @@ import torch
 
 import plugin_api as pa
 from plugin_api.backend import backend_for
-from plugin_api.device_graphs import capture
+from plugin_api.gpu.device_graphs import capture
 from plugin_api.ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache
 
 

@@ -8,7 +8,7 @@ each is rejected with that reason (never emulated by upcasting).
 
 from __future__ import annotations
 
-from plugin_api.torch_gemm import TorchGemm
+from plugin_api.gpu.torch_gemm import TorchGemm
 
 from .facts import FACTS
 

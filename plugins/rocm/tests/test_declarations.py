@@ -15,14 +15,14 @@ import torch
 
 from plugin_api.cli import main
 from plugin_api.contract import OpFamily
+from plugin_api.contract.graphs import GraphLevel
 from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.gpu.torch_facts import GRAPH_CAPTURE, INT_MM, MM_OUT_DTYPE
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8, AttentionSpec
 from plugin_api.ops.gemm import GemmSpec
-from plugin_api.ops.graphs import GraphLevel
 from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
-from plugin_api.torch_facts import GRAPH_CAPTURE, INT_MM, MM_OUT_DTYPE
 from plugin_api_rocm.descriptor import DESCRIPTOR
 from plugin_api_rocm.facts import FACTS, read
 from plugin_api_rocm.hooks import plugin_api_implementations

@@ -1,7 +1,7 @@
 """What only the real machine can tell about the XPU stack, for ``DeviceInfo.facts``.
 
 Read through the ``plugin_api_machine_facts`` hook on the real machine (never for what-if).
-Graph capture and ``torch.mm(out_dtype=...)`` are the host's trials (``plugin_api.torch_facts``,
+Graph capture and ``torch.mm(out_dtype=...)`` are the host's trials (``plugin_api.gpu.torch_facts``,
 keys ``xpu.graph_capture`` and ``xpu.mm_out_dtype``); whether an installed IPEX imports is this
 plugin's own. Each value is ``"yes: <detail>"`` or ``"no: <detail>"``.
 """
@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 from plugin_api.device_info import installed_version
-from plugin_api.platforms import XPU
-from plugin_api.torch_facts import GRAPH_CAPTURE, MM_OUT_DTYPE, TorchFacts
+from plugin_api.gpu.platforms import XPU
+from plugin_api.gpu.torch_facts import GRAPH_CAPTURE, MM_OUT_DTYPE, TorchFacts
 
 FACTS = TorchFacts("xpu", XPU)
 IPEX_IMPORT = "xpu.ipex_import"

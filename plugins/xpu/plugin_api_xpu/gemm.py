@@ -8,7 +8,7 @@ result, is not the accumulator the contract asks for). No int8 GEMM is offered.
 
 from __future__ import annotations
 
-from plugin_api.torch_gemm import TorchGemm
+from plugin_api.gpu.torch_gemm import TorchGemm
 
 from .facts import FACTS
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from plugin_api.contract.graphs import GraphLevel
 from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
+from plugin_api.gpu.torch_facts import GRAPH_CAPTURE, MM_OUT_DTYPE
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import AttentionSpec
 from plugin_api.ops.gemm import GemmSpec
-from plugin_api.ops.graphs import GraphLevel
-from plugin_api.torch_facts import GRAPH_CAPTURE, MM_OUT_DTYPE
 from plugin_api.triton.impl import TritonAttention
 from plugin_api_xpu import facts
 from plugin_api_xpu.descriptor import DESCRIPTOR

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from plugin_api.gpu.torch_facts import MM_OUT_DTYPE
 from plugin_api.machines import MACHINES
 from plugin_api.ops.gemm import GemmSpec
-from plugin_api.torch_facts import MM_OUT_DTYPE
 from plugin_api_xpu.facts import FACTS
 from plugin_api_xpu.gemm import implementations
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.checks import short_dtype
-from plugin_api.ops.decision import Decision, ImplPath
 from plugin_api.ops.quant import QuantSpec
 
 ROWS = 256  # rows per step: fp32 temporaries stay at ROWS * K * 4 bytes, whatever M is

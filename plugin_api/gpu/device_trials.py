@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from ..device_info import TorchBuild
+from ..reference.gemm import has_out_dtype_mm
 from . import device_graphs
-from .device_info import TorchBuild
 from .platforms import Platform
-from .reference.gemm import has_out_dtype_mm
 
 # torch._int_mm on CUDA/ROCm wants more than 16 rows and K, N multiples of 8
 _INT_MM_SHAPE = (32, 64, 32)  # M, K, N

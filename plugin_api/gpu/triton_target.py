@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from .device_info import DeviceInfo
-from .ops.decision import Decision
+from ..contract.decision import Decision
+from ..device_info import DeviceInfo
 
 # tl.math.div_rn, fp_downcast_rounding and bitcasts in .to() are all present from 3.0 on.
 MIN_TRITON = Version("3.0")

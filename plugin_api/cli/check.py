@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .conformance.plugin import KIT_DIR, OPTION
+from ..conformance.plugin import KIT_DIR, OPTION
 
 
 @dataclass

@@ -9,13 +9,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .backend import Backend
-from .bench.cli import add_arguments as add_bench_arguments
-from .errors import PluginApiError, SelectionError
-from .machines import MACHINES, machine
-from .op_report import ops_report, ops_text
-from .registry import Registry, load_plugins
-from .report import (
+from ..backend import Backend
+from ..bench.cli import add_arguments as add_bench_arguments
+from ..errors import PluginApiError, SelectionError
+from ..machines import MACHINES, machine
+from ..registry import Registry, load_plugins
+from ..selection import Resolved, select
+from ..settings import check_names, read_settings
+from .doctor import (
     error_dict,
     host_dict,
     list_text,
@@ -23,8 +24,7 @@ from .report import (
     selection_dict,
     selection_text,
 )
-from .selection import Resolved, select
-from .settings import check_names, read_settings
+from .op_report import ops_report, ops_text
 
 
 def _load(args: argparse.Namespace) -> Registry:
@@ -65,7 +65,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     }
     text = [list_text(registry.records, registry.info, verbose=args.verbose), ""]
     if not args.device_info:  # what is installed here, not a property of the what-if machine
-        from .integrations import integrations, integrations_text
+        from ..integrations import integrations, integrations_text
 
         data["integrations"] = integrations()
         text += [integrations_text(data["integrations"]), ""]
@@ -83,7 +83,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     data["ops"] = ops
     text += ["", ops_text(backend, ops)]
     if sel.device_type == "cpu" and not args.device_info:  # a fact of this machine's kernel
-        from .ops.huge_pages import kv_cache_pages, thp_mode
+        from ..ops.huge_pages import kv_cache_pages, thp_mode
 
         pages = kv_cache_pages(thp_mode())
         data["kv_cache_pages"] = pages
@@ -92,7 +92,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             f"KV cache pages: {'huge' if pages['huge_pages'] else '4 KB'} ({pages['reason']})",
         ]
     if args.bench:
-        from .bench.cli import doctor_bench
+        from ..bench.cli import doctor_bench
 
         data["bench"], lines = doctor_bench(backend)
         text += ["", *lines]
@@ -101,7 +101,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .backend import backend_for, current_backend
+    from ..backend import backend_for, current_backend
     from .check import results_dict, results_text, run_kit
 
     backend = backend_for(args.backend) if args.backend else current_backend()
@@ -113,8 +113,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .backend import backend_for, current_backend
-    from .bench.cli import cmd_bench as run
+    from ..backend import backend_for, current_backend
+    from ..bench.cli import cmd_bench as run
 
     return run(args, backend_for(args.backend) if args.backend else current_backend())
 

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ._version import HOST_API_VERSION, __version__
-from .device_info import DeviceInfo
-from .errors import PluginApiError
-from .registry import PluginRecord
-from .selection import Selection
+from .._version import HOST_API_VERSION, __version__
+from ..device_info import DeviceInfo
+from ..errors import PluginApiError
+from ..registry import PluginRecord
+from ..selection import Selection
 
 _MARK = {"validated": "+", "experimental": "~", "unavailable": "-", "failed": "!", "excluded": "x"}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backend import Backend, describe
-from .contract import OpFamily
+from ..backend import Backend, describe
+from ..contract import OpFamily
+from ..contract.graphs import CAPTURES, GraphSupport, resolve_model_graph_level
 from .model_specs import MODELS, ModelExample
-from .ops.graphs import CAPTURES, GraphSupport, resolve_model_graph_level
 
 
 def model_report(backend: Backend, model: ModelExample) -> dict[str, Any]:

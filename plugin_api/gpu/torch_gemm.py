@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .device_info import DeviceInfo
-from .errors import UnsupportedSpec
-from .ops.checks import short_dtype
-from .ops.decision import Decision, ImplPath
-from .ops.gemm import GemmSpec
-from .reference.gemm import has_out_dtype_mm
+from ..contract.decision import Decision, ImplPath
+from ..device_info import DeviceInfo
+from ..errors import UnsupportedSpec
+from ..ops.checks import short_dtype
+from ..ops.gemm import GemmSpec
+from ..reference.gemm import has_out_dtype_mm
 from .torch_facts import TorchFacts
 
 INT_MM_ALIGN = 8  # torch._int_mm on CUDA/ROCm: K and N multiples of 8

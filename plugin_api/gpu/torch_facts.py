@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .device_info import DeviceInfo
-from .ops.decision import Decision
+from ..contract.decision import Decision
+from ..device_info import DeviceInfo
 from .platforms import Platform
 from .triton_target import TritonTarget
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .contract import OpFamily
-from .ops.attention import AttentionSpec
-from .ops.gemm import GemmSpec
-from .ops.quant import QuantSpec
-from .ops.state import StateSpec
+from ..contract import OpFamily
+from ..ops.attention import AttentionSpec
+from ..ops.gemm import GemmSpec
+from ..ops.quant import QuantSpec
+from ..ops.state import StateSpec
 
 BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .device_info import DeviceInfo, TorchBuild
-from .ops.decision import Decision
+from ..contract.decision import Decision
+from ..device_info import DeviceInfo, TorchBuild
 from .triton_target import TritonTarget
 
 
