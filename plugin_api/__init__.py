@@ -48,11 +48,11 @@ _LAZY = {
     "record_ops": "plugin_api.contract.provenance",
     "Backend": "plugin_api.backend",
     "backend_for": "plugin_api.backend",
-    "current_backend": "plugin_api.backend",
+    "process_backend": "plugin_api.backend",
 }
 
 if TYPE_CHECKING:
-    from .backend import Backend, backend_for, current_backend
+    from .backend import Backend, backend_for, process_backend
     from .contract.decision import Decision, ImplPath
     from .contract.graphs import GraphLevel, GraphSupport
     from .contract.provenance import record_ops
@@ -110,11 +110,11 @@ __all__ = [
     "attention",
     "backend_for",
     "copy_state_blocks",
-    "current_backend",
     "hookimpl",
     "mm",
     "per_token_group_quant",
     "prepare",
+    "process_backend",
     "read_device_info",
     "record_ops",
     "scaled_mm",

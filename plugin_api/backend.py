@@ -20,7 +20,7 @@ from .contract.provenance import Provenance
 from .device_info import DeviceInfo
 from .errors import FallbackRefused, UnsupportedSpec
 from .registry import REFERENCE_ID
-from .selection import PluginApiWarning, Resolved, current, resolve
+from .selection import LoadedSelection, PluginApiWarning, load_and_select, process_selection
 from .settings import Settings, read_settings
 
 if TYPE_CHECKING:
@@ -28,14 +28,14 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class ImplCandidate:
     impl: Any  # an implementation object: has .name, .path and .supports(spec, info)
     backend: str
     fallback: bool
 
 
 @dataclass(frozen=True, slots=True)
-class Considered:
+class ImplVerdict:
     """One line of an op-level trace."""
 
     impl: str
@@ -52,7 +52,7 @@ class Resolution:
     spec: Hashable
     chosen: Any | None
     provenance: Provenance | None
-    trace: tuple[Considered, ...]
+    trace: tuple[ImplVerdict, ...]
 
     def trace_text(self) -> str:
         lines = []
@@ -64,11 +64,11 @@ class Resolution:
 
 
 def resolve_op(
-    family: OpFamily, spec: Hashable, candidates: Sequence[Candidate], info: DeviceInfo
+    family: OpFamily, spec: Hashable, candidates: Sequence[ImplCandidate], info: DeviceInfo
 ) -> Resolution:
     """Pure: ask every candidate about ``spec``; the first own acceptance wins, else the first
     accepting fallback. Every candidate appears in the trace with its reason."""
-    decisions: list[tuple[Candidate, Decision]] = []
+    decisions: list[tuple[ImplCandidate, Decision]] = []
     for c in candidates:
         d = c.impl.supports(spec, info)
         if not isinstance(d, Decision):
@@ -86,7 +86,7 @@ def resolve_op(
             reason = f"also accepts, lower preference than {chosen.impl.name if chosen else '?'}"
         else:
             reason = d.because()
-        trace.append(Considered(c.impl.name, c.backend, c.fallback, d.ok, c is chosen, reason))
+        trace.append(ImplVerdict(c.impl.name, c.backend, c.fallback, d.ok, c is chosen, reason))
     prov = None
     if chosen is not None:
         prov = Provenance(
@@ -99,19 +99,19 @@ def resolve_op(
 class Backend:
     """A selected backend, live: resolves ops for specs and caches the answers."""
 
-    resolved: Resolved
-    _candidates: dict[OpFamily, tuple[Candidate, ...]] = field(default_factory=dict)
+    selected: LoadedSelection
+    _candidates: dict[OpFamily, tuple[ImplCandidate, ...]] = field(default_factory=dict)
     _resolutions: dict[tuple[OpFamily, Hashable], Resolution] = field(default_factory=dict)
     _warned: set[tuple[OpFamily, str]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def id(self) -> str:
-        return self.resolved.selection.backend
+        return self.selected.selection.backend
 
     @property
     def device_type(self) -> str:
-        return self.resolved.selection.device_type
+        return self.selected.selection.device_type
 
     @functools.cached_property
     def device(self) -> torch.device:
@@ -123,19 +123,19 @@ class Backend:
 
     @property
     def info(self) -> DeviceInfo:
-        return self.resolved.registry.info
+        return self.selected.registry.info
 
     @property
     def strict(self) -> bool:
-        return self.resolved.settings.strict
+        return self.selected.settings.strict
 
-    def candidates(self, family: OpFamily) -> tuple[Candidate, ...]:
+    def candidates(self, family: OpFamily) -> tuple[ImplCandidate, ...]:
         if family not in self._candidates:
-            reg = self.resolved.registry
-            own = [Candidate(i, self.id, False) for i in reg.implementations(self.id, family)]
+            reg = self.selected.registry
+            own = [ImplCandidate(i, self.id, False) for i in reg.implementations(self.id, family)]
             if self.id != REFERENCE_ID and REFERENCE_ID in reg.managers:
                 own += [
-                    Candidate(i, REFERENCE_ID, True)
+                    ImplCandidate(i, REFERENCE_ID, True)
                     for i in reg.implementations(REFERENCE_ID, family)
                 ]
             self._candidates[family] = tuple(own)
@@ -155,7 +155,7 @@ class Backend:
                 )
             return self._resolutions[key]
 
-    def resolve(self, family: OpFamily, spec: Hashable) -> tuple[Any, Provenance]:
+    def implementation_for(self, family: OpFamily, spec: Hashable) -> tuple[Any, Provenance]:
         """The implementation to run for ``spec``, or a clear error.
 
         A fallback is warned once per (family, implementation) and refused when strict.
@@ -190,16 +190,16 @@ def describe(spec: object) -> str:
 
 
 _lock = threading.Lock()
-_current: Backend | None = None
+_process_backend: Backend | None = None
 
 
-def current_backend() -> Backend:
+def process_backend() -> Backend:
     """The process's backend (``select_backend()``'s choice), created once."""
-    global _current
+    global _process_backend
     with _lock:
-        if _current is None:
-            _current = Backend(current())
-        return _current
+        if _process_backend is None:
+            _process_backend = Backend(process_selection())
+        return _process_backend
 
 
 def backend_for(
@@ -216,7 +216,7 @@ def backend_for(
         plugins=base.plugins,
         probe_timeout=base.probe_timeout,
     )
-    return Backend(resolve(s, info))
+    return Backend(load_and_select(s, info))
 
 
-__all__ = ["Backend", "Candidate", "Resolution", "backend_for", "current_backend", "resolve_op"]
+__all__ = ["Backend", "ImplCandidate", "Resolution", "backend_for", "process_backend", "resolve_op"]

@@ -8,6 +8,7 @@ Selection is the host's own logic (see ``selection``), never pluggy's call order
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from importlib import import_module
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -15,6 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from .contract import Availability, OpFamily
     from .device_info import DeviceInfo
+    from .ops.protocols import Implementation
 
 PROJECT = "plugin_api"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -34,11 +36,16 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:  # type: ignore[empty-bo
 
 
 @hookspec(firstresult=True)
-def plugin_api_implementations(family: OpFamily) -> Sequence[object]:  # type: ignore[empty-body]
+def plugin_api_implementations(  # type: ignore[empty-body]
+    family: OpFamily,
+) -> Sequence[Implementation]:
     """The plugin's implementations of op family ``family``, best first.
 
-    Called only for the selected backend, and only for families its descriptor lists. This is
-    where heavy modules (extensions, triton, flashinfer) may be imported.
+    Called once per family its descriptor lists, when the probe finds the plugin usable; each
+    object is checked against the family's Protocol (``plugin_api.ops.protocols``) and a
+    mismatch fails the plugin's ``conform`` stage. Keep it light: build the objects, and import
+    extensions, triton or flashinfer inside the methods that run kernels. Every plugin answers
+    with ``implementations_in(__package__, family)``.
     """
 
 
@@ -49,3 +56,18 @@ def plugin_api_machine_facts() -> Mapping[str, str]:  # type: ignore[empty-body]
     E.g. whether the oneDNN at a user-given path was built with ACL. Keys are namespaced by the
     backend id (``"cpu-arm-acl.onednn"``). Called only on the real machine, never for what-if.
     """
+
+
+def implementations_in(package: str | None, family: OpFamily) -> Sequence[Implementation]:
+    """The one shape of a plugin: module ``<package>.<family>`` (``attention``, ``gemm``,
+    ``quant``, ``state``) defines ``implementations()``, best first. A family the descriptor
+    lists without its module is an error that names the module."""
+    if not package:
+        raise ValueError("implementations_in: pass the hooks module's __package__")
+    name = f"{package}.{family.value}"
+    module = import_module(name)
+    make = getattr(module, "implementations", None)
+    if not callable(make):
+        raise TypeError(f"{name} defines no implementations() function")
+    found: Sequence[Implementation] = make()
+    return found

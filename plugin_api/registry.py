@@ -9,6 +9,11 @@ its cause and traceback; nothing is swallowed and no plugin can take the host do
   compat    check ``DESCRIPTOR.host_api`` against this host, before any other plugin code runs
   register  import the hooks module and register it with pluggy (signatures validated)
   probe     ``plugin_api_probe(info)``, bounded in time like every stage above
+  conform   for a plugin the probe found usable: its implementations of every family its
+            descriptor lists, each checked against the family's Protocol (``ops.protocols``)
+
+``conform`` runs after ``probe`` rather than at ``register`` so that plugins that cannot run here
+never have their implementation modules imported.
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ class Registry:
     records: tuple[PluginRecord, ...]
     info: DeviceInfo
     managers: dict[str, pluggy.PluginManager] = field(default_factory=dict)
+    # implementations already checked against their Protocol, by (backend id, family)
+    checked: dict[tuple[str, OpFamily], tuple[Any, ...]] = field(default_factory=dict)
 
     def record(self, backend_id: str) -> PluginRecord | None:
         return next((r for r in self.records if r.id == backend_id), None)
@@ -110,20 +117,38 @@ class Registry:
     def known_settings(self) -> tuple[str, ...]:
         return tuple(s for r in self.records if r.descriptor for s in r.descriptor.settings)
 
-    def implementations(self, backend_id: str, family: OpFamily) -> Sequence[object]:
-        """Call the plugin's ``plugin_api_implementations`` hook (imports its heavy modules)."""
+    def implementations(self, backend_id: str, family: OpFamily) -> tuple[Any, ...]:
+        """The plugin's implementations of ``family``, checked against the family's Protocol
+        (calls its ``plugin_api_implementations`` hook once, importing its heavy modules)."""
         rec = self.record(backend_id)
         if rec is None or rec.descriptor is None or backend_id not in self.managers:
             raise KeyError(f"backend {backend_id!r} is not loaded")
         if family not in rec.descriptor.families:
             return ()
-        impls = self.managers[backend_id].hook.plugin_api_implementations(family=family)
-        if impls is None:
-            raise TypeError(
-                f"plugin {backend_id!r} lists {family} in its descriptor but its "
-                "plugin_api_implementations hook returned None for it"
-            )
-        return tuple(impls)
+        key = (backend_id, family)
+        if key not in self.checked:
+            self.checked[key] = _implementations(self.managers[backend_id], backend_id, family)
+        return self.checked[key]
+
+
+def _implementations(
+    pm: pluggy.PluginManager, backend_id: str, family: OpFamily
+) -> tuple[Any, ...]:
+    from .ops.protocols import checked  # the op Protocols need torch: not at selection's import
+
+    impls = pm.hook.plugin_api_implementations(family=family)
+    if impls is None:
+        raise TypeError(
+            f"plugin {backend_id!r} lists {family} in its descriptor but its "
+            "plugin_api_implementations hook returned None for it"
+        )
+    return checked(backend_id, family, impls)
+
+
+def _conform(
+    pm: pluggy.PluginManager, desc: BackendDescriptor
+) -> dict[tuple[str, OpFamily], tuple[Any, ...]]:
+    return {(desc.id, f): _implementations(pm, desc.id, f) for f in desc.families}
 
 
 # ---- discovery ---------------------------------------------------------------------------------
@@ -383,17 +408,43 @@ def load_plugins(
     probed = info
     tasks = [_Task(functools.partial(_probe, pm, rec.descriptor, probed)) for rec, pm in loaded]
     _run_bounded(tasks, settings.probe_timeout)
-    managers = {}
+    probed_ok: list[tuple[PluginRecord, pluggy.PluginManager]] = []
     for (rec, pm), task in zip(loaded, tasks, strict=True):
         took = rec.seconds + task.seconds
         failure = task.failure(settings.probe_timeout)
         if failure is not None:
             records.append(replace(rec, failure=replace(failure, stage="probe"), seconds=took))
         else:
-            records.append(replace(rec, probe=task.result, seconds=took))
+            probed_ok.append((replace(rec, probe=task.result, seconds=took), pm))
+    # conform: only plugins that can run here, so the others' kernel modules stay unimported
+    conforming = [
+        (r, pm, r.descriptor)
+        for r, pm in probed_ok
+        if r.descriptor is not None and r.availability is not None and r.availability.usable
+    ]
+    tasks = [_Task(functools.partial(_conform, pm, desc)) for _, pm, desc in conforming]
+    _run_bounded(tasks, settings.probe_timeout)
+    outcome = {r.id: t for (r, _, _), t in zip(conforming, tasks, strict=True)}
+    managers = {}
+    checked: dict[tuple[str, OpFamily], tuple[Any, ...]] = {}
+    for rec, pm in probed_ok:
+        conform = outcome.get(rec.id)
+        if conform is None:  # not usable here: its implementations are never asked for
+            records.append(rec)
             managers[rec.id] = pm
+            continue
+        took = rec.seconds + conform.seconds
+        failure = conform.failure(settings.probe_timeout)
+        if failure is not None:
+            message = failure.message.removeprefix("ImplementationMismatch: ")
+            failure = replace(failure, stage="conform", message=message)
+            records.append(replace(rec, failure=failure, seconds=took))
+            continue
+        records.append(replace(rec, seconds=took))
+        managers[rec.id] = pm
+        checked.update(conform.result)
     records.sort(key=lambda r: (r.id, r.distribution))
-    return Registry(records=tuple(records), info=info, managers=managers)
+    return Registry(records=tuple(records), info=info, managers=managers, checked=checked)
 
 
 def usable(records: Sequence[PluginRecord]) -> list[PluginRecord]:

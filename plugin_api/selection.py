@@ -35,7 +35,7 @@ class PluginApiWarning(UserWarning):
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class PluginVerdict:
     """One line of the selection trace."""
 
     id: str
@@ -54,7 +54,7 @@ class Selection:
     status: Status
     device_type: str
     reason: str
-    trace: tuple[Candidate, ...]
+    trace: tuple[PluginVerdict, ...]
     notes: tuple[str, ...] = ()
     strict: bool = False
     host_version: str = __version__
@@ -71,7 +71,7 @@ class Selection:
         try:
             d = json.loads(text)
             d["status"] = Status(d["status"])
-            d["trace"] = tuple(Candidate(**c) for c in d["trace"])
+            d["trace"] = tuple(PluginVerdict(**c) for c in d["trace"])
             d["notes"] = tuple(d.get("notes", ()))
             return cls(**d)
         except (ValueError, KeyError, TypeError) as e:
@@ -87,11 +87,13 @@ def _line(r: PluginRecord) -> str:
 
 def _trace(
     records: Sequence[PluginRecord], chosen: str | None, why: dict[str, str]
-) -> tuple[Candidate, ...]:
-    return tuple(Candidate(r.id, r.state, r.id == chosen, why.get(r.id, _line(r))) for r in records)
+) -> tuple[PluginVerdict, ...]:
+    return tuple(
+        PluginVerdict(r.id, r.state, r.id == chosen, why.get(r.id, _line(r))) for r in records
+    )
 
 
-def _fmt_trace(trace: Sequence[Candidate]) -> str:
+def _fmt_trace(trace: Sequence[PluginVerdict]) -> str:
     return "\n".join(
         f"  {'+' if c.chosen else '-'} {c.id:<14} {c.state:<12} {c.reason}" for c in trace
     )
@@ -225,7 +227,7 @@ def _selection(
 
 
 @dataclass(frozen=True, slots=True)
-class Resolved:
+class LoadedSelection:
     selection: Selection
     registry: Registry
     settings: Settings
@@ -237,17 +239,19 @@ class Resolved:
 
 
 _lock = threading.Lock()
-_resolved: Resolved | None = None
+_process_selection: LoadedSelection | None = None
 
 
-def resolve(settings: Settings | None = None, info: DeviceInfo | None = None) -> Resolved:
+def load_and_select(
+    settings: Settings | None = None, info: DeviceInfo | None = None
+) -> LoadedSelection:
     """Load plugins and select, without touching the process-wide cache (what-if, reports)."""
     settings = read_settings() if settings is None else settings
     registry = load_plugins(settings, info)
     check_names(os.environ, registry.known_settings)
     chosen = select(registry.records, settings, registry.info)
     device = json.loads(registry.info.to_json())  # JSON-normal, so a round trip is equal
-    return Resolved(replace(chosen, device=device), registry, settings)
+    return LoadedSelection(replace(chosen, device=device), registry, settings)
 
 
 def select_backend() -> Selection:
@@ -256,27 +260,27 @@ def select_backend() -> Selection:
     With ``PLUGIN_API_SELECTION`` set (see ``Selection.to_json``), the serialised choice is
     reused after checking the installed version, and no plugin is probed.
     """
-    return current().selection
+    return process_selection().selection
 
 
-def current() -> Resolved:
-    global _resolved
+def process_selection() -> LoadedSelection:
+    global _process_selection
     with _lock:
-        if _resolved is None:
+        if _process_selection is None:
             settings = read_settings()
             if settings.selection_json is not None:
-                _resolved = _reuse(settings)
+                _process_selection = _reuse(settings)
             else:
-                _resolved = resolve(settings)
+                _process_selection = load_and_select(settings)
             # the process that selected warns; workers reusing its choice stay quiet
-            notes = () if _resolved.reused else _resolved.selection.notes
+            notes = () if _process_selection.reused else _process_selection.selection.notes
             for note in notes:
-                if "experimental" in note and _resolved.selection.backend in note:
+                if "experimental" in note and _process_selection.selection.backend in note:
                     warnings.warn(note, PluginApiWarning, stacklevel=3)
-        return _resolved
+        return _process_selection
 
 
-def _reuse(settings: Settings) -> Resolved:
+def _reuse(settings: Settings) -> LoadedSelection:
     assert settings.selection_json is not None
     sel = Selection.from_json(settings.selection_json)
     if sel.host_api != HOST_API_VERSION:
@@ -308,4 +312,4 @@ def _reuse(settings: Settings) -> Resolved:
         why = rec.failure.message if rec and rec.failure else "not installed"
         raise StaleSelection(f"PLUGIN_API_SELECTION chose {sel.backend}, which failed: {why}")
     check_names(os.environ, registry.known_settings)
-    return Resolved(sel, registry, settings)
+    return LoadedSelection(sel, registry, settings)

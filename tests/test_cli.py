@@ -120,14 +120,15 @@ def test_check_json_runs_the_kit_and_reports_ops():
 
 SELECT = """
 import json, warnings, plugin_api
-from plugin_api.selection import current
+from plugin_api.selection import process_selection
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     sel = plugin_api.select_backend()
     plugin_api.select_backend()
+registry = process_selection().registry
 print(json.dumps({"selection": sel.to_json(), "warnings": [str(x.message) for x in w],
-                  "probed": [r.id for r in current().registry.records if r.probe is not None],
-                  "machine": current().registry.info.to_json()}))
+                  "probed": [r.id for r in registry.records if r.probe is not None],
+                  "machine": registry.info.to_json()}))
 """
 
 
@@ -178,3 +179,42 @@ def test_experimental_backend_warns_once(tmp_path: Path, status: str):
     worker = run_select({"PLUGIN_API_SELECTION": out["selection"]}, site)
     assert worker["selection"] == out["selection"]
     assert worker["probed"] == [] and worker["warnings"] == []
+
+
+def test_list_refuses_an_implementation_lacking_a_protocol_method(tmp_path: Path):
+    site = tmp_path / "site"
+    site.mkdir()
+    hooks = """
+from plugin_api import Availability, hookimpl
+from plugin_api.contract.decision import Decision, ImplPath
+class HalfQuant:
+    name = "fx-half:quant"
+    path = ImplPath.TORCH
+    def supports(self, spec, info):
+        return Decision.accept("fixture")
+@hookimpl
+def plugin_api_probe(info):
+    return Availability.validated("cpu", "fixture says validated")
+@hookimpl
+def plugin_api_implementations(family):
+    return (HalfQuant(),)
+"""
+    write_plugin(site, dist="fx-half", backend_id="fx-half", package="fx_half", hooks=hooks)
+    env = {"PYTHONPATH": str(site)}
+    r = cli("list", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    rec = next(p for p in json.loads(r.stdout)["plugins"] if p["id"] == "fx-half")
+    assert rec["state"] == "failed"
+    assert rec["reasons"] == [
+        "conform: fx-half: quant implementation(s) do not follow "
+        "plugin_api.ops.quant.QuantImplementation: fx_half.hooks.HalfQuant: lacks method "
+        "quantize(spec, x, eps, out_q, out_scales)"
+    ]
+    text = cli("list", env=env).stdout
+    assert "lacks method quantize(spec, x, eps, out_q, out_scales)" in text
+    # asking for it by name is refused with the same reason, and nothing falls back
+    r = cli("doctor", env=env | {"PLUGIN_API_BACKEND": "fx-half"})
+    assert r.returncode != 0
+    said = r.stdout + r.stderr
+    assert "PLUGIN_API_BACKEND='fx-half' failed to load" in said
+    assert "lacks method quantize" in said

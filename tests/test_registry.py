@@ -200,3 +200,86 @@ def test_allow_list_excludes_without_importing(site, clean_env):
 def test_allow_list_naming_nothing_is_an_error(site, clean_env):
     with pytest.raises(ValueError, match=r"PLUGIN_API_PLUGINS names 'fx-nope', which match no"):
         load_plugins(Settings(plugins=frozenset({"fx-nope"})))
+
+
+HALF_QUANT_HOOKS = """
+from plugin_api import Availability, Status, hookimpl
+from plugin_api.contract.decision import Decision, ImplPath
+STATUS = "{status}"
+class HalfQuant:
+    name = "{id}:quant"
+    path = ImplPath.TORCH
+    def supports(self, spec, info):
+        return Decision.accept("fixture")
+    {quantize}
+@hookimpl
+def plugin_api_probe(info):
+    if STATUS == "unavailable":
+        return Availability.unavailable("fixture says unavailable")
+    return Availability(Status(STATUS), ("fixture says " + STATUS,), "cpu")
+@hookimpl
+def plugin_api_implementations(family):
+    return (HalfQuant(),)
+"""
+
+
+def write_half_quant(site, backend_id: str, quantize: str, status: str = "validated") -> None:
+    package = backend_id.replace("-", "_")
+    fields = {"quantize": quantize}
+    write_plugin(
+        site,
+        dist=backend_id,
+        backend_id=backend_id,
+        package=package,
+        hooks=HALF_QUANT_HOOKS,
+        status=status,
+        fields=fields,
+    )
+
+
+def test_implementation_lacking_a_protocol_method_is_refused(site, clean_env):
+    write_half_quant(site, "fx-lack", quantize="")
+    recs, reg = records()
+    r = recs[("fx-lack", "fx-lack")]
+    assert r.state == "failed" and r.failure.stage == "conform"
+    assert r.failure.message == (
+        "fx-lack: quant implementation(s) do not follow "
+        "plugin_api.ops.quant.QuantImplementation: fx_lack.hooks.HalfQuant: lacks method "
+        "quantize(spec, x, eps, out_q, out_scales)"
+    )
+    assert "fx-lack" not in reg.managers  # never selectable
+    with pytest.raises(Exception, match="lacks method quantize"):
+        select(reg.records, Settings(backend="fx-lack"), reg.info)
+
+
+def test_implementation_with_a_mistyped_method_is_refused(site, clean_env):
+    write_half_quant(
+        site, "fx-typo", quantize="def quantize(self, spec, x, out_q, out_scales): ..."
+    )
+    r = records()[0][("fx-typo", "fx-typo")]
+    assert r.failure.stage == "conform"
+    assert r.failure.message.endswith(
+        "fx_typo.hooks.HalfQuant: quantize takes (spec, x, out_q, out_scales); expected "
+        "quantize(spec, x, eps, out_q, out_scales)"
+    )
+
+
+def test_conforming_implementations_are_checked_once_and_kept(site, clean_env):
+    write_half_quant(
+        site, "fx-whole", quantize="def quantize(self, spec, x, eps, out_q, out_scales): ..."
+    )
+    recs, reg = records()
+    assert recs[("fx-whole", "fx-whole")].state == "validated"
+    from plugin_api.contract import OpFamily
+
+    kept = reg.checked[("fx-whole", OpFamily.QUANT)]
+    assert [i.name for i in kept] == ["fx-whole:quant"]
+    assert reg.implementations("fx-whole", OpFamily.QUANT) is kept
+
+
+def test_a_plugin_that_cannot_run_here_is_not_asked_for_implementations(site, clean_env):
+    write_half_quant(site, "fx-away", quantize="", status="unavailable")
+    recs, reg = records()
+    r = recs[("fx-away", "fx-away")]
+    assert r.state == "unavailable" and r.failure is None  # its broken object was never built
+    assert not any(key[0] == "fx-away" for key in reg.checked)

@@ -19,7 +19,7 @@ from .key import ImageKey, compute
 from .lookup import Kind, Outcome, find_image
 from .names import Namespace, tag_for
 from .promote import Mode, Policy, move_stable, promote_preview
-from .registry import Registry, Resolution, State
+from .registry import Registry, State, TagLookup
 
 __all__ = [
     "DockerfileError",
@@ -35,9 +35,9 @@ __all__ = [
     "PromotionRefused",
     "Registry",
     "RegistryError",
-    "Resolution",
     "StableConflict",
     "State",
+    "TagLookup",
     "compute",
     "find_image",
     "move_stable",

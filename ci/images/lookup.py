@@ -136,7 +136,7 @@ class _Lookup:
         return digest, writes
 
     def _digest(self, tag: str) -> str | None:
-        res = self.client.resolve(self.repo, tag)
+        res = self.client.lookup_tag(self.repo, tag)
         if res.state is State.ERROR:
             raise RegistryError(
                 f"looking up {self.repo}:{tag}: {res.detail}. Not building, not promoting: "

@@ -110,7 +110,7 @@ def check_identity(facts: ImageFacts, key: str, where: str) -> None:
 
 def found_digest(client: Registry, repo: str, tag: str) -> str | None:
     """The digest ``tag`` points at, None if it does not exist; registry trouble raises."""
-    res = client.resolve(repo, tag)
+    res = client.lookup_tag(repo, tag)
     if res.state is State.ERROR:
         raise RegistryError(f"{repo}:{tag}: {res.detail}")
     return res.digest

@@ -54,7 +54,7 @@ class State(str, enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Resolution:
+class TagLookup:
     """A tag lookup: FOUND with the digest, MISSING, or ERROR with what went wrong."""
 
     state: State
@@ -134,27 +134,27 @@ class Registry:
 
     # --- reads -----------------------------------------------------------------------------
 
-    def resolve(self, repo: str, tag: str) -> Resolution:
+    def lookup_tag(self, repo: str, tag: str) -> TagLookup:
         """Tag -> digest. Never raises for registry trouble: that is ``State.ERROR``."""
         _check_repo(repo)
         _check_tag(tag)
         try:
             reply = self._call("HEAD", f"/v2/{repo}/manifests/{tag}", headers=_ACCEPT)
         except RegistryError as e:
-            return Resolution(State.ERROR, detail=str(e))
+            return TagLookup(State.ERROR, detail=str(e))
         if reply.status == 404:
-            return Resolution(State.MISSING, detail=f"{repo}:{tag} does not exist")
+            return TagLookup(State.MISSING, detail=f"{repo}:{tag} does not exist")
         if reply.status != 200:
-            return Resolution(State.ERROR, detail=f"HEAD {repo}:{tag}: HTTP {reply.status}")
+            return TagLookup(State.ERROR, detail=f"HEAD {repo}:{tag}: HTTP {reply.status}")
         digest = reply.headers.get("Docker-Content-Digest")
         if digest is None:  # some registries omit it on HEAD: hash what GET serves
             try:
                 digest = self.manifest(repo, tag).digest
             except RegistryError as e:
-                return Resolution(State.ERROR, detail=str(e))
+                return TagLookup(State.ERROR, detail=str(e))
         if not _DIGEST.match(digest):
-            return Resolution(State.ERROR, detail=f"{repo}:{tag}: malformed digest {digest!r}")
-        return Resolution(State.FOUND, digest)
+            return TagLookup(State.ERROR, detail=f"{repo}:{tag}: malformed digest {digest!r}")
+        return TagLookup(State.FOUND, digest)
 
     def manifest(self, repo: str, reference: str) -> Manifest:
         """The manifest bytes of ``reference`` (tag or digest), checked against the digest."""
@@ -250,7 +250,7 @@ class Registry:
         """Point ``tag`` at ``digest`` by re-putting the identical manifest bytes, then verify."""
         manifest = self.manifest(repo, digest)
         self.put_manifest(repo, tag, manifest.raw, manifest.media_type)
-        after = self.resolve(repo, tag)
+        after = self.lookup_tag(repo, tag)
         if after.state is not State.FOUND or after.digest != digest:
             raise RegistryError(
                 f"after tagging {repo}:{tag} -> {digest} the tag reads {after.state} "

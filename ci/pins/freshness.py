@@ -72,7 +72,7 @@ def check(image: PinnedImage, registry: str | None, client: Callable[[str], Regi
         )
     try:
         url, path = locate(image.repo, registry)
-        found = client(url).resolve(path, image.tag)
+        found = client(url).lookup_tag(path, image.tag)
     except ValueError as e:  # a repository, tag or URL the client refuses
         return result(Status.INVALID, None, None, str(e))
     if found.state is State.ERROR:

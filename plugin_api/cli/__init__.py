@@ -14,7 +14,7 @@ from ..bench.cli import add_arguments as add_bench_arguments
 from ..errors import PluginApiError, SelectionError
 from ..machines import MACHINES, machine
 from ..registry import Registry, load_plugins
-from ..selection import Resolved, select
+from ..selection import LoadedSelection, select
 from ..settings import check_names, read_settings
 from .doctor import (
     error_dict,
@@ -78,7 +78,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 1
     data["selection"] = selection_dict(sel)
     text.append(selection_text(sel))
-    backend = Backend(Resolved(sel, registry, settings))
+    backend = Backend(LoadedSelection(sel, registry, settings))
     ops = ops_report(backend)
     data["ops"] = ops
     text += ["", ops_text(backend, ops)]
@@ -101,10 +101,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..backend import backend_for, current_backend
+    from ..backend import backend_for, process_backend
     from .check import results_dict, results_text, run_kit
 
-    backend = backend_for(args.backend) if args.backend else current_backend()
+    backend = backend_for(args.backend) if args.backend else process_backend()
     code, results = run_kit(backend.id, progress=not args.json)
     data = results_dict(backend.id, code, results)
     data["ops"] = ops_report(backend)
@@ -113,10 +113,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..backend import backend_for, current_backend
+    from ..backend import backend_for, process_backend
     from ..bench.cli import cmd_bench as run
 
-    return run(args, backend_for(args.backend) if args.backend else current_backend())
+    return run(args, backend_for(args.backend) if args.backend else process_backend())
 
 
 def build_parser() -> argparse.ArgumentParser:

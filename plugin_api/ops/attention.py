@@ -380,13 +380,13 @@ class Attention:
     """
 
     def __init__(self, spec: AttentionSpec, backend: Backend | None = None) -> None:
-        from ..backend import current_backend
+        from ..backend import process_backend
 
         if not isinstance(spec, AttentionSpec):
             raise TypeError(f"attention: spec must be an AttentionSpec, got {type(spec).__name__}")
         self.spec = spec
-        self.backend = backend or current_backend()
-        impl, self.provenance = self.backend.resolve(OpFamily.ATTENTION, spec)
+        self.backend = backend or process_backend()
+        impl, self.provenance = self.backend.implementation_for(OpFamily.ATTENTION, spec)
         self.impl: AttentionImplementation = impl
 
     @property

@@ -130,10 +130,10 @@ def prepare(
     - int8 weights: ``weight_scale`` ``[N]`` fp32 per output channel is required; ``out_dtype``
       is bf16 (default), fp16 or fp32.
     """
-    from ..backend import current_backend
+    from ..backend import process_backend
 
     op = "gemm.prepare"
-    be = backend or current_backend()
+    be = backend or process_backend()
     device = be.device
     w = checks.tensor(op, "weight", weight, dtypes=WEIGHT_DTYPES, ndim=2, device=device)
     checks.one_of(op, "usage", usage, USAGES)
@@ -157,7 +157,7 @@ def prepare(
             f"{op}: out_dtype={out_dtype} with a {w.dtype} weight; use {w.dtype} or float32"
         )
     spec = GemmSpec(n, k, w.dtype, out_dtype, usage)
-    impl, prov = be.resolve(OpFamily.GEMM, spec)
+    impl, prov = be.implementation_for(OpFamily.GEMM, spec)
     payload = impl.prepare(spec, w, weight_scale)
     return PackedWeight(spec, payload, impl, prov, device)
 

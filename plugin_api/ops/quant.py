@@ -93,9 +93,9 @@ def per_token_group_quant(
     Returns ``(q [M, K], scales [M, K // group_size] fp32)``; see the module docstring for the
     exact rule. ``out``/``out_scales`` may be preallocated (scales in the requested layout).
     """
-    from ..backend import current_backend
+    from ..backend import process_backend
 
-    be = backend or current_backend()
+    be = backend or process_backend()
     device = be.device
     t = checks.tensor(OP, "x", x, dtypes=IN_DTYPES, ndim=2, device=device, contiguous=True)
     checks.positive_int(OP, "group_size", group_size)
@@ -125,7 +125,7 @@ def per_token_group_quant(
                 f"{want}"
             )
     spec = QuantSpec(k, group_size, t.dtype, dtype, column_major_scales, scale_ue8m0)
-    impl, prov = be.resolve(OpFamily.QUANT, spec)
+    impl, prov = be.implementation_for(OpFamily.QUANT, spec)
     if m:
         impl.quantize(spec, t, float(eps), out, out_scales)
     note(prov)

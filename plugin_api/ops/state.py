@@ -113,10 +113,10 @@ def copy_state_blocks(
     backend: Backend | None = None,
 ) -> None:
     """Copy block ``src_ids[i]`` to block ``dst_ids[i]`` in every tensor of ``states``."""
-    from ..backend import current_backend
+    from ..backend import process_backend
 
     op = "copy_state_blocks"
-    be = backend or current_backend()
+    be = backend or process_backend()
     device = be.device
     spec, nb = _check_states(op, states, device)
     src = _check_ids(op, "src_ids", src_ids, nb)
@@ -128,7 +128,7 @@ def copy_state_blocks(
     overlap = set(dst.tolist()) & set(src.tolist())
     if overlap:
         raise ValueError(f"{op}: block(s) {sorted(overlap)} are both source and destination")
-    impl, prov = be.resolve(OpFamily.STATE, spec)
+    impl, prov = be.implementation_for(OpFamily.STATE, spec)
     if dst.numel():
         impl.copy_blocks(
             spec, list(states), src.to(device, torch.int64), dst.to(device, torch.int64)
@@ -140,16 +140,16 @@ def zero_state_blocks(
     states: Sequence[torch.Tensor], ids: torch.Tensor, *, backend: Backend | None = None
 ) -> None:
     """Zero block ``ids[i]`` in every tensor of ``states`` (fresh blocks start at zero)."""
-    from ..backend import current_backend
+    from ..backend import process_backend
 
     op = "zero_state_blocks"
-    be = backend or current_backend()
+    be = backend or process_backend()
     device = be.device
     spec, nb = _check_states(op, states, device)
     host = _check_ids(op, "ids", ids, nb)
     if torch.unique(host).numel() != host.numel():
         raise ValueError(f"{op}: ids repeats a block id")
-    impl, prov = be.resolve(OpFamily.STATE, spec)
+    impl, prov = be.implementation_for(OpFamily.STATE, spec)
     if host.numel():
         impl.zero_blocks(spec, list(states), host.to(device, torch.int64))
     note(prov)

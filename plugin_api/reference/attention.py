@@ -134,3 +134,7 @@ class ReferenceAttention:
         if spec.sliding_window is not None:
             visible &= key > pos - spec.sliding_window
         return visible
+
+
+def implementations() -> tuple[ReferenceAttention]:
+    return (ReferenceAttention(),)

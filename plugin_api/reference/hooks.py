@@ -1,14 +1,20 @@
-"""pluggy hookimpls of the reference backend."""
+"""pluggy hookimpls of the ``reference`` backend: its probe, and its implementations, one module
+per op family (``attention``, ``gemm``, ``quant``, ``state``). Light: those modules load when
+the host asks for them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
-from plugin_api.hookspecs import hookimpl
+from plugin_api.hookspecs import hookimpl, implementations_in
 
 from .probe import probe
+
+if TYPE_CHECKING:
+    from plugin_api.ops.protocols import Implementation
 
 
 @hookimpl
@@ -17,21 +23,5 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 
 @hookimpl
-def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    if family is OpFamily.ATTENTION:
-        from .attention import ReferenceAttention
-
-        return (ReferenceAttention(),)
-    if family is OpFamily.GEMM:
-        from .gemm import ReferenceGemm
-
-        return (ReferenceGemm(),)
-    if family is OpFamily.QUANT:
-        from .quant import ReferenceQuant
-
-        return (ReferenceQuant(),)
-    if family is OpFamily.STATE:
-        from .state import ReferenceState
-
-        return (ReferenceState(),)
-    raise ValueError(f"reference: unknown op family {family!r}")
+def plugin_api_implementations(family: OpFamily) -> Sequence[Implementation]:
+    return implementations_in(__package__, family)

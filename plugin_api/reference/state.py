@@ -37,3 +37,7 @@ class ReferenceState:
     ) -> None:
         for t in states:
             t.index_fill_(0, ids, 0)
+
+
+def implementations() -> tuple[ReferenceState]:
+    return (ReferenceState(),)

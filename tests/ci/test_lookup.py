@@ -37,7 +37,7 @@ def test_hit_in_each_namespace(
     policy = ATTESTED if namespace is Namespace.PREVIEW else Policy()
     if namespace is Namespace.PREVIEW and kind is Kind.MAIN:
         attest_preview(client, repo, KEY, GOOD, KEYRING, "linux/amd64")
-        digest = client.resolve(repo, PREVIEW).digest or ""
+        digest = client.lookup_tag(repo, PREVIEW).digest or ""
     out = find_image(client, repo, KEY, kind, policy)
     assert out.hit and out.source is namespace
     assert out.ref == ref(client, repo, digest)
@@ -45,7 +45,7 @@ def test_hit_in_each_namespace(
     if kind is Kind.MAIN and namespace is not Namespace.TRUSTED:
         # promotion (preview) or backfill (stable): the trusted tag now holds the same digest
         assert writes == {(TRUSTED, digest)}
-        assert client.resolve(repo, TRUSTED).digest == digest
+        assert client.lookup_tag(repo, TRUSTED).digest == digest
     else:
         assert writes == set()
         assert TRUSTED not in client.list_tags(repo) or namespace is Namespace.TRUSTED
@@ -55,7 +55,7 @@ def test_backfill_keeps_digest_and_bytes(client: Registry, repo: str) -> None:
     digest = push_for_key(client, repo, STABLE_TAG, KEY)
     out = find_image(client, repo, KEY, Kind.MAIN)
     assert out.source is Namespace.STABLE
-    assert client.resolve(repo, TRUSTED).digest == digest
+    assert client.lookup_tag(repo, TRUSTED).digest == digest
     assert client.manifest(repo, TRUSTED).raw == client.manifest(repo, STABLE_TAG).raw
 
 
@@ -112,10 +112,10 @@ def test_preview_on_main_attested_by_allowed_builder_is_promoted(
 ) -> None:
     push_for_key(client, repo, PREVIEW, KEY)
     attest_preview(client, repo, KEY, GOOD, KEYRING, "linux/amd64")
-    preview = client.resolve(repo, PREVIEW).digest
+    preview = client.lookup_tag(repo, PREVIEW).digest
     out = find_image(client, repo, KEY, Kind.MAIN, ATTESTED)
     assert out.hit and out.source is Namespace.PREVIEW
-    assert client.resolve(repo, TRUSTED).digest == preview
+    assert client.lookup_tag(repo, TRUSTED).digest == preview
     assert client.manifest(repo, TRUSTED).raw == client.manifest(repo, PREVIEW).raw
     assert out.trace[1].reason == f"attested by {GOOD!r}"
 
@@ -151,7 +151,7 @@ def test_attestation_copied_onto_other_content_is_refused(client: Registry, repo
     legit_repo = repo + "-legit"
     push_for_key(client, legit_repo, PREVIEW, KEY)
     attest_preview(client, legit_repo, KEY, GOOD, KEYRING, "linux/amd64")
-    stolen = client.image_facts(legit_repo, client.resolve(legit_repo, PREVIEW).digest or "")
+    stolen = client.image_facts(legit_repo, client.lookup_tag(legit_repo, PREVIEW).digest or "")
     push_for_key(client, repo, PREVIEW, KEY, content=b"malicious", annotations=stolen.annotations)
     out = find_image(client, repo, KEY, Kind.MAIN, ATTESTED)
     assert not out.hit and "does not verify" in out.trace[1].reason

@@ -50,7 +50,7 @@ def test_explicit_promotion_follows_the_policy(client: Registry, repo: str) -> N
     attested = attest_preview(client, repo, KEY, BUILDER, KEYRING, "linux/amd64").digest
     write = promote_preview(client, repo, KEY, ATTESTED)
     assert write == Write(tag_for(Namespace.TRUSTED, KEY), attested, None, "preview")
-    assert client.resolve(repo, tag_for(Namespace.TRUSTED, KEY)).digest == attested
+    assert client.lookup_tag(repo, tag_for(Namespace.TRUSTED, KEY)).digest == attested
 
 
 def test_trusted_tags_are_never_moved(client: Registry, repo: str) -> None:
@@ -59,7 +59,7 @@ def test_trusted_tags_are_never_moved(client: Registry, repo: str) -> None:
     attest_preview(client, repo, KEY, BUILDER, KEYRING, "linux/amd64")
     with pytest.raises(PromotionRefused, match="never moved"):
         promote_preview(client, repo, KEY, ATTESTED)
-    assert client.resolve(repo, tag_for(Namespace.TRUSTED, KEY)).digest == trusted
+    assert client.lookup_tag(repo, tag_for(Namespace.TRUSTED, KEY)).digest == trusted
 
 
 def test_policy_attested_needs_an_allow_list() -> None:
@@ -81,7 +81,7 @@ def test_stable_moves_only_from_the_expected_digest(client: Registry, repo: str)
     assert move_stable(client, repo, KEY, None, window_s=WINDOW).digest == first
     with pytest.raises(StableConflict, match="expected absent"):
         move_stable(client, repo, KEY2, None, window_s=WINDOW)
-    assert client.resolve(repo, STABLE_TAG).digest == first  # nothing written
+    assert client.lookup_tag(repo, STABLE_TAG).digest == first  # nothing written
     write = move_stable(client, repo, KEY2, first, window_s=WINDOW)
     assert (write.previous, write.digest) == (first, second)
     assert client.manifest(repo, STABLE_TAG).raw == client.manifest(repo, second).raw
@@ -133,7 +133,7 @@ def test_concurrent_stable_promotion_one_wins(
     assert isinstance(results[KEY], StableConflict), results
     assert "a concurrent promotion wrote after us and won" in str(results[KEY])
     assert proxy.count("PUT", STABLE_TAG) == late.count("PUT", STABLE_TAG) == 1  # both wrote
-    assert client.resolve(repo, STABLE_TAG).digest == digests[KEY2]
+    assert client.lookup_tag(repo, STABLE_TAG).digest == digests[KEY2]
 
 
 def test_stable_write_failure_is_reported_as_unknown(

@@ -16,12 +16,12 @@ from .oci import push_image, push_index
 
 def test_resolve_found_missing_and_unknown_repository(client: Registry, repo: str) -> None:
     digest = push_image(client, repo, "v1", {"a": "1"})
-    found = client.resolve(repo, "v1")
+    found = client.lookup_tag(repo, "v1")
     assert found.state is State.FOUND
     assert found.digest == digest
     assert digest == "sha256:" + hashlib.sha256(client.manifest(repo, "v1").raw).hexdigest()
-    assert client.resolve(repo, "nope").state is State.MISSING
-    assert client.resolve(repo + "-never-pushed", "v1").state is State.MISSING
+    assert client.lookup_tag(repo, "nope").state is State.MISSING
+    assert client.lookup_tag(repo + "-never-pushed", "v1").state is State.MISSING
 
 
 def test_labels_and_annotations_are_read_by_digest(client: Registry, repo: str) -> None:
@@ -36,7 +36,7 @@ def test_add_tag_reputs_identical_bytes(client: Registry, repo: str) -> None:
     digest = push_image(client, repo, "first", {"a": "1"})
     assert client.add_tag(repo, digest, "second") == digest
     assert client.manifest(repo, "second").raw == client.manifest(repo, "first").raw
-    assert client.resolve(repo, "second").digest == digest
+    assert client.lookup_tag(repo, "second").digest == digest
     assert client.list_tags(repo) == ["first", "second"]
     assert client.list_tags(repo + "-never-pushed") == []
 
@@ -57,12 +57,12 @@ def test_http_500_is_an_error_after_retries(
     push_image(client, repo, "v1", {"a": "1"})
     proxy.rules.append(Rule("fail", path="/manifests/"))
     via = Registry(proxy.url, timeout=2, retries=2, backoff=0.01)
-    res = via.resolve(repo, "v1")
+    res = via.lookup_tag(repo, "v1")
     assert res.state is State.ERROR
     assert "HTTP 500" in res.detail and "3 attempt(s)" in res.detail
     assert proxy.count("HEAD", "/manifests/v1") == 3
     with pytest.raises(RegistryError, match="HTTP 500"):
-        via.add_tag(repo, client.resolve(repo, "v1").digest or "", "v2")
+        via.add_tag(repo, client.lookup_tag(repo, "v1").digest or "", "v2")
     assert client.list_tags(repo) == ["v1"]
 
 
@@ -70,7 +70,7 @@ def test_timeout_is_an_error_not_a_miss(proxy: FaultyProxy, repo: str) -> None:
     proxy.rules.append(Rule("hang", path="/manifests/", seconds=30))
     via = Registry(proxy.url, timeout=0.3, retries=1, backoff=0.01)
     start = time.monotonic()
-    res = via.resolve(repo, "v1")
+    res = via.lookup_tag(repo, "v1")
     assert res.state is State.ERROR
     assert "timed out" in res.detail or "Timeout" in res.detail, res.detail
     assert time.monotonic() - start < 5
@@ -79,7 +79,7 @@ def test_timeout_is_an_error_not_a_miss(proxy: FaultyProxy, repo: str) -> None:
 def test_refused_connection_is_an_error() -> None:
     from .conftest import free_port
 
-    res = Registry(f"http://127.0.0.1:{free_port()}", timeout=1, retries=0).resolve("a/b", "t")
+    res = Registry(f"http://127.0.0.1:{free_port()}", timeout=1, retries=0).lookup_tag("a/b", "t")
     assert res.state is State.ERROR
     assert "refused" in res.detail.lower()
 
@@ -88,8 +88,8 @@ def test_bearer_token_flow(proxy: FaultyProxy, client: Registry, repo: str) -> N
     digest = push_image(client, repo, "v1", {"a": "1"})
     proxy.token = "tok-123"
     with_creds = Registry(proxy.url, timeout=2, retries=0, credentials=proxy.credentials)
-    assert with_creds.resolve(repo, "v1").digest == digest
+    assert with_creds.lookup_tag(repo, "v1").digest == digest
     anonymous = Registry(proxy.url, timeout=2, retries=0)
-    res = anonymous.resolve(repo, "v1")
+    res = anonymous.lookup_tag(repo, "v1")
     assert res.state is State.ERROR  # an auth failure is never read as "missing"
     assert "token request" in res.detail

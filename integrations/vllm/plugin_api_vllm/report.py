@@ -38,7 +38,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
     ``fallbacks`` lists layers whose plugin-api implementation is a fallback; ``outside`` lists
     layers of a kind plugin-api has no op family for (mixtures of experts), which vLLM runs.
     """
-    from plugin_api.selection import current
+    from plugin_api.selection import process_selection
 
     layers: dict[str, dict[str, Any]] = {}
     engine: list[str] = []
@@ -63,7 +63,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
             layers[name]["spec"] = w.packed.spec.describe()
         elif isinstance(module, LinearBase | VocabParallelEmbedding):
             engine.append(f"{name} ({type(getattr(module, 'quant_method', None)).__name__})")
-    resolved = current()
+    resolved = process_selection()
     sel = resolved.selection
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     return {

@@ -21,7 +21,7 @@ from plugin_api.device_info import DeviceInfo, read_device_info
 from plugin_api.ops.attention import FP8, AttentionBatch, AttentionSpec, KVCache
 
 from . import _attention_ext as ext
-from . import cpu_family
+from . import cpu_family, settings
 from .settings import ATTENTION_MATRIX, ATTENTION_PREFETCH, MATRIX_MODES, PREFETCH_MODES
 
 BLOCK_MULTIPLE = 16  # one vector of 16 lanes, two of 8, four of 4: every ISA path
@@ -331,3 +331,8 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"cpu-arm-acl attention {what}: {error}")
     if rc != 0:  # the host validated dtypes, so this is a bug, not bad input
         raise RuntimeError(f"cpu-arm-acl attention {what}: the kernel rejected a dtype code")
+
+
+def implementations() -> tuple[CpuPagedAttention]:
+    s = settings.read()
+    return (CpuPagedAttention(matrix=s.attention_matrix, prefetch=s.attention_prefetch),)

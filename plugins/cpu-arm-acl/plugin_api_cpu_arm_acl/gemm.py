@@ -26,7 +26,7 @@ import platform
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,12 +40,15 @@ from plugin_api.ops.primitive_cache import PrimitiveCache
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import read_settings
 
-from . import cpu_family
+from . import cpu_family, settings
 from .build import extension
 from .isa import bf16_matmul, int8_matmul_exact, isa_name
 from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
 from .settings import GemvPolicy, LmHeadPolicy
+
+if TYPE_CHECKING:
+    from .panel_gemm import PanelGemm
 
 F32, BF16, S8 = torch.float32, torch.bfloat16, torch.int8
 CODES = {F32: 1, BF16: 2, S8: 3}  # pa_onednn::Dt in csrc/kernels.h
@@ -396,3 +399,14 @@ class OneDnnGemm:
 def _host_cpu() -> tuple[str, int] | None:
     """(vendor, family) of the CPU the kernels run on, read once."""
     return cpu_family.parse(cpu_family.facts().get(cpu_family.FACT))
+
+
+def implementations() -> tuple[OneDnnGemm, PanelGemm]:
+    """oneDNN first; the panel GEMM serves the shapes oneDNN's kernels here are slow at."""
+    from .panel_gemm import PanelGemm
+
+    s = settings.read()
+    return (
+        OneDnnGemm(policy=s.lm_head, threads=s.threads, gemv=s.gemv),
+        PanelGemm(policy=s.panel, threads=s.threads),
+    )

@@ -1,29 +1,20 @@
-"""pluggy hookimpls of the ``cpu-arm-acl`` backend. Light: heavy modules load inside the hooks."""
+"""pluggy hookimpls of the ``cpu-arm-acl`` backend: its probe, the machine facts it reads (its
+oneDNN, the CPU family), and its implementations, one module per op family (``attention``,
+``gemm``, ``quant``). Light: those modules load when the host asks for them."""
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
-from plugin_api.hookspecs import hookimpl
+from plugin_api.hookspecs import hookimpl, implementations_in
 
-from . import cpu_family, locate, settings
 from .probe import probe
 
-
-@hookimpl
-def plugin_api_machine_facts() -> Mapping[str, str]:
-    found = locate.facts(settings.read().root) | cpu_family.facts()
-    if locate.FACT_LIBRARY in found:  # and which kernels oneDNN picks (a few ms; no compiling)
-        from . import kernel_probe
-        from .matmul_form import MatmulForm
-
-        form = MatmulForm.for_machine(platform.machine())
-        found |= kernel_probe.facts(Path(found[locate.FACT_LIBRARY]), form)
-    return found
+if TYPE_CHECKING:
+    from plugin_api.ops.protocols import Implementation
 
 
 @hookimpl
@@ -32,22 +23,12 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 
 @hookimpl
-def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    s = settings.read()
-    if family is OpFamily.ATTENTION:
-        from .attention import CpuPagedAttention
+def plugin_api_implementations(family: OpFamily) -> Sequence[Implementation]:
+    return implementations_in(__package__, family)
 
-        return (CpuPagedAttention(matrix=s.attention_matrix, prefetch=s.attention_prefetch),)
-    if family is OpFamily.GEMM:
-        from .gemm import OneDnnGemm
-        from .panel_gemm import PanelGemm
 
-        return (
-            OneDnnGemm(policy=s.lm_head, threads=s.threads, gemv=s.gemv),
-            PanelGemm(policy=s.panel, threads=s.threads),
-        )
-    if family is OpFamily.QUANT:
-        from .quant import NativeGroupQuant
+@hookimpl
+def plugin_api_machine_facts() -> Mapping[str, str]:
+    from .facts import read
 
-        return (NativeGroupQuant(threads=s.threads),)
-    raise ValueError(f"cpu-arm-acl provides no {family} implementations")
+    return read()

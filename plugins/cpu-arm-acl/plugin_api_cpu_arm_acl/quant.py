@@ -17,6 +17,7 @@ from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.quant import QuantSpec
 
+from . import settings
 from .build import extension
 from .isa import quant_isa
 
@@ -75,3 +76,7 @@ class NativeGroupQuant:
         extension().ops.group_quant(
             x, spec.group_size, fp8, eps, spec.scale_ue8m0, stream, out_q, out_scales, threads
         )
+
+
+def implementations() -> tuple[NativeGroupQuant]:
+    return (NativeGroupQuant(threads=settings.read().threads),)

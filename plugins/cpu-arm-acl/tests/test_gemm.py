@@ -385,11 +385,11 @@ def test_unsupported_ops_fall_back_visibly(onednn_backend):
     spec = AttentionSpec(8, 2, 64, BF16, block_size=8)
     loose = backend_for("cpu-arm-acl", settings=Settings(strict=False))
     with pytest.warns(PluginApiWarning, match="does not support .* falling back to reference"):
-        _, prov = loose.resolve(OpFamily.ATTENTION, spec)
+        _, prov = loose.implementation_for(OpFamily.ATTENTION, spec)
     assert prov.fallback and prov.backend == "reference"
     strict = backend_for("cpu-arm-acl", settings=Settings(strict=True))
     with pytest.raises(FallbackRefused, match="PLUGIN_API_STRICT=1"):
-        strict.resolve(OpFamily.ATTENTION, spec)
+        strict.implementation_for(OpFamily.ATTENTION, spec)
 
 
 def test_a_form_that_is_not_a_matmul_form_is_an_error():

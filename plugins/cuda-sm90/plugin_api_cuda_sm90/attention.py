@@ -116,3 +116,7 @@ class FlashInferAttention:
             calls.prefill_run_call(
                 spec, plan.prefill, plan.prefill_wrapper, query, kv_cache, sinks, out
             ).invoke()
+
+
+def implementations() -> tuple[FlashInferAttention]:
+    return (FlashInferAttention(),)

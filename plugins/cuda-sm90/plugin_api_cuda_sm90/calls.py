@@ -2,7 +2,7 @@
 arguments. The attention implementation invokes these; the tests bind the same objects to
 the installed FlashInfer's ``inspect.signature``, so an API drift fails a test, not a GPU run.
 
-Only ``resolve`` imports flashinfer, and only when a call is made or checked.
+Only ``import_target`` imports flashinfer, and only when a call is made or checked.
 """
 
 from __future__ import annotations
@@ -38,18 +38,19 @@ class Call:
     receiver: Any = None
 
     def function(self) -> Callable[..., Any]:
-        obj = resolve(self.target)
-        return getattr(obj, self.method) if self.method else obj
+        obj = import_target(self.target)
+        fn: Callable[..., Any] = getattr(obj, self.method) if self.method else obj
+        return fn
 
     def invoke(self) -> Any:
         if self.method is None:
-            return resolve(self.target)(*self.args, **self.kwargs)
+            return import_target(self.target)(*self.args, **self.kwargs)
         if self.receiver is None:
             raise RuntimeError(f"{self.target}.{self.method}: no wrapper to call it on")
         return getattr(self.receiver, self.method)(*self.args, **self.kwargs)
 
 
-def resolve(target: str) -> Any:
+def import_target(target: str) -> Any:
     """Import ``a.b.C`` or ``a.b.f`` from its module."""
     module, _, name = target.rpartition(".")
     return getattr(importlib.import_module(module), name)

@@ -50,3 +50,7 @@ class TorchCudaGemm(TorchGemmRuns):
                 )
             return Decision.accept("torch.mm(out_dtype=float32): cuBLAS fp32 accumulator as output")
         return Decision.accept("torch.mm/addmm (cuBLAS)")
+
+
+def implementations() -> tuple[TorchCudaGemm]:
+    return (TorchCudaGemm(),)

@@ -1,14 +1,20 @@
-"""pluggy hookimpls of the ``cuda-sm90`` backend. Light: heavy modules load inside the hooks."""
+"""pluggy hookimpls of the ``cuda-sm90`` backend: its probe, and its implementations, one module
+per op family (``attention``, ``gemm``, ``quant``, ``state``). Light: those modules load when
+the host asks for them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
-from plugin_api.hookspecs import hookimpl
+from plugin_api.hookspecs import hookimpl, implementations_in
 
 from .probe import probe
+
+if TYPE_CHECKING:
+    from plugin_api.ops.protocols import Implementation
 
 
 @hookimpl
@@ -17,21 +23,5 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 
 @hookimpl
-def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    if family is OpFamily.ATTENTION:
-        from .attention import FlashInferAttention
-
-        return (FlashInferAttention(),)
-    if family is OpFamily.GEMM:
-        from .gemm import TorchCudaGemm
-
-        return (TorchCudaGemm(),)
-    if family is OpFamily.QUANT:
-        from .quant import implementations
-
-        return implementations()
-    if family is OpFamily.STATE:
-        from .state import implementations
-
-        return implementations()
-    raise ValueError(f"cuda-sm90: unknown op family {family!r}")
+def plugin_api_implementations(family: OpFamily) -> Sequence[Implementation]:
+    return implementations_in(__package__, family)

@@ -83,7 +83,7 @@ def test_every_call_binds_to_the_installed_api(feature: str, batch: str, arch: A
         bind(call)
         if call.method == "run" and call.target == calls.SINK_PREFILL:
             # the sink wrapper forwards its keywords to the plain run: bind them there too
-            plain = calls.resolve(calls.PREFILL).run
+            plain = calls.import_target(calls.PREFILL).run
             inspect.signature(plain).bind(object(), *call.args, **call.kwargs)
 
 
@@ -141,7 +141,7 @@ def test_sinks_never_reach_the_plain_prefill() -> None:
     assert {ctor.target, plan_call.target, run.target} == {calls.SINK_PREFILL}
     sinks = with_sinks[0].kwargs["sinks"]
     assert run.args[2] is sinks and "sinks" not in run.kwargs
-    cls = calls.resolve(calls.SINK_PREFILL)
+    cls = calls.import_target(calls.SINK_PREFILL)
     _, jit_args, _ = cls._sink_jit_args(
         CPU, calls.PREFILL_BACKEND, torch.bfloat16, torch.bfloat16, 64, 64, -1
     )

@@ -1,14 +1,20 @@
-"""pluggy hookimpls of the ``rocm`` backend. Light: heavy modules load inside the hooks."""
+"""pluggy hookimpls of the ``rocm`` backend: its probe, the machine facts it reads from the
+installed torch, and its implementations, one module per op family (``attention``, ``gemm``,
+``quant``, ``state``). Light: those modules load when the host asks for them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
-from plugin_api.hookspecs import hookimpl
+from plugin_api.hookspecs import hookimpl, implementations_in
 
 from .probe import probe
+
+if TYPE_CHECKING:
+    from plugin_api.ops.protocols import Implementation
 
 
 @hookimpl
@@ -17,22 +23,12 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 
 @hookimpl
+def plugin_api_implementations(family: OpFamily) -> Sequence[Implementation]:
+    return implementations_in(__package__, family)
+
+
+@hookimpl
 def plugin_api_machine_facts() -> Mapping[str, str]:
     from .facts import read
 
     return read()
-
-
-@hookimpl
-def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    if family is OpFamily.ATTENTION:
-        from .attention import implementations
-    elif family is OpFamily.GEMM:
-        from .gemm import implementations
-    elif family is OpFamily.QUANT:
-        from .quant import implementations
-    elif family is OpFamily.STATE:
-        from .state import implementations
-    else:
-        raise ValueError(f"rocm: unknown op family {family!r}")
-    return implementations()

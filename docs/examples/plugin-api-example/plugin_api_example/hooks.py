@@ -1,14 +1,19 @@
-"""pluggy hookimpls of the ``example`` backend. Light: the op module loads inside the hook."""
+"""pluggy hookimpls of the ``example`` backend: its probe, and its implementations, one module per
+op family (``quant``). Light: those modules load when the host asks for them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from plugin_api.contract import Availability, OpFamily
 from plugin_api.device_info import DeviceInfo
-from plugin_api.hookspecs import hookimpl
+from plugin_api.hookspecs import hookimpl, implementations_in
 
 from .probe import probe
+
+if TYPE_CHECKING:
+    from plugin_api.ops.protocols import Implementation
 
 
 @hookimpl
@@ -17,10 +22,5 @@ def plugin_api_probe(info: DeviceInfo) -> Availability:
 
 
 @hookimpl
-def plugin_api_implementations(family: OpFamily) -> Sequence[object]:
-    # The host asks only for the families the descriptor lists, and only once selected.
-    if family is OpFamily.QUANT:
-        from .quant import ChunkedGroupQuant
-
-        return (ChunkedGroupQuant(),)
-    raise LookupError(f"example provides no {family} implementations")
+def plugin_api_implementations(family: OpFamily) -> Sequence[Implementation]:
+    return implementations_in(__package__, family)

@@ -52,3 +52,7 @@ class ChunkedGroupQuant:
             q = torch.round(xg / s.unsqueeze(-1)).clamp_(-128, 127)  # round half to even
             out_q[rows].copy_(q.view(-1, spec.k))
             out_scales[rows].copy_(s)
+
+
+def implementations() -> tuple[ChunkedGroupQuant]:
+    return (ChunkedGroupQuant(),)
