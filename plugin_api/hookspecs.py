@@ -1,13 +1,18 @@
-"""The pluggy hooks between the host and a plugin's ``hooks`` module.
+"""The pluggy hooks between the host and a plugin's ``hooks`` module, and the one plugin shape.
 
 pluggy checks every hookimpl's argument names against these specs when the plugin registers, so a
 drifted signature fails at load time with the offending function named, not at the first call.
 Selection is the host's own logic (see ``selection``), never pluggy's call order.
+
+Every plugin of this project has the same hooks: ``HOOKS = PluginHooks(package, probe, facts)``
+in its ``hooks`` module, whose implementations are ``<package>.<family>.implementations()``.
+A third-party plugin may instead write the hookimpls as module functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING
 
@@ -71,3 +76,30 @@ def implementations_in(package: str | None, family: OpFamily) -> Sequence[Implem
         raise TypeError(f"{name} defines no implementations() function")
     found: Sequence[Implementation] = make()
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class PluginHooks:
+    """The hookimpls of a plugin in the standard shape: ``probe(info)`` from its ``probe``
+    module, optional machine ``facts()``, and one module per op family (``implementations_in``).
+    The registry registers a hooks module's ``HOOKS`` in place of the module."""
+
+    package: str | None  # the plugin's package: pass the hooks module's ``__package__``
+    probe: Callable[[DeviceInfo], Availability]
+    facts: Callable[[], Mapping[str, str]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.package:
+            raise ValueError("PluginHooks.package: pass the hooks module's __package__")
+
+    @hookimpl
+    def plugin_api_probe(self, info: DeviceInfo) -> Availability:
+        return self.probe(info)
+
+    @hookimpl
+    def plugin_api_implementations(self, family: OpFamily) -> Sequence[Implementation]:
+        return implementations_in(self.package, family)
+
+    @hookimpl
+    def plugin_api_machine_facts(self) -> Mapping[str, str] | None:
+        return self.facts() if self.facts is not None else None

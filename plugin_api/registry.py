@@ -217,7 +217,13 @@ def _register(desc: BackendDescriptor) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     module = import_module(desc.hooks)
-    pm.register(module, name=desc.id)  # pluggy validates hookimpl signatures here
+    plugin = getattr(module, "HOOKS", module)  # the standard shape, or the module's own hookimpls
+    if plugin is not module and not isinstance(plugin, hookspecs.PluginHooks):
+        raise TypeError(
+            f"{desc.hooks}.HOOKS must be a plugin_api.hookspecs.PluginHooks, "
+            f"got {type(plugin).__name__}"
+        )
+    pm.register(plugin, name=desc.id)  # pluggy validates hookimpl signatures here
     pm.check_pending()  # a hookimpl for a hook the host does not define
     missing = [h for h in hookspecs.REQUIRED_HOOKS if not getattr(pm.hook, h).get_hookimpls()]
     if missing:

@@ -57,14 +57,14 @@ def test_what_if_planning_of_the_gpu_plugins_imports_no_triton():
 from plugin_api.contract import OpFamily
 from plugin_api.machines import MACHINES
 from plugin_api.cli.model_specs import MODELS
-from plugin_api_cuda_sm90.hooks import plugin_api_implementations as cuda
-from plugin_api_rocm.hooks import plugin_api_implementations as rocm
-from plugin_api_xpu.hooks import plugin_api_implementations as xpu
-for hooks, name in ((cuda, "h200"), (rocm, "mi300x"), (xpu, "max-1550")):
+from plugin_api_cuda_sm90.hooks import HOOKS as cuda_hooks
+from plugin_api_rocm.hooks import HOOKS as rocm_hooks
+from plugin_api_xpu.hooks import HOOKS as xpu_hooks
+for plugin, name in ((cuda_hooks, "h200"), (rocm_hooks, "mi300x"), (xpu_hooks, "max-1550")):
     info = MACHINES[name]
     for model in MODELS:
         for layer in model.layers:
-            for impl in hooks(layer.family):
+            for impl in plugin.plugin_api_implementations(layer.family):
                 impl.supports(layer.spec, info)
                 if layer.family is OpFamily.ATTENTION:
                     impl.graph_support(layer.spec, info)

@@ -1,34 +1,10 @@
-"""pluggy hookimpls of the ``cpu-arm-acl`` backend: its probe, the machine facts it reads (its
-oneDNN, the CPU family), and its implementations, one module per op family (``attention``,
-``gemm``, ``quant``). Light: those modules load when the host asks for them."""
+"""pluggy hookimpls of the ``cpu-arm-acl`` backend, in the shape every plugin shares: its probe,
+the facts it reads (its oneDNN, the CPU family), and one module per op family (``attention``,
+``gemm``, ``quant``)."""
 
-from __future__ import annotations
+from plugin_api.hookspecs import PluginHooks
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
-
-from plugin_api.contract import Availability, OpFamily
-from plugin_api.device_info import DeviceInfo
-from plugin_api.hookspecs import hookimpl, implementations_in
-
+from .facts import read
 from .probe import probe
 
-if TYPE_CHECKING:
-    from plugin_api.ops.protocols import Implementation
-
-
-@hookimpl
-def plugin_api_probe(info: DeviceInfo) -> Availability:
-    return probe(info)
-
-
-@hookimpl
-def plugin_api_implementations(family: OpFamily) -> Sequence[Implementation]:
-    return implementations_in(__package__, family)
-
-
-@hookimpl
-def plugin_api_machine_facts() -> Mapping[str, str]:
-    from .facts import read
-
-    return read()
+HOOKS = PluginHooks(__package__, probe, facts=read)

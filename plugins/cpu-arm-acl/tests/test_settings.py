@@ -57,7 +57,9 @@ def test_off_turns_the_f32_dst_gate_off():
 )
 def test_doctor_shows_the_default_of_the_machine_described(machine, why):
     """A what-if DeviceInfo gets its own architecture's default, not the host's."""
-    (onednn,) = [i for i in hooks.plugin_api_implementations(OpFamily.GEMM) if i.name == "onednn"]
+    (onednn,) = [
+        i for i in hooks.HOOKS.plugin_api_implementations(OpFamily.GEMM) if i.name == "onednn"
+    ]
     info = MACHINES[machine]
     assert (
         why
@@ -118,7 +120,7 @@ def test_policy_bands():
 def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
     monkeypatch.setenv(settings.LM_HEAD, "min_n=1000,min_m=2")
     monkeypatch.setenv(settings.PANEL, "kc=128,mc=64")
-    onednn, panel = hooks.plugin_api_implementations(OpFamily.GEMM)
+    onednn, panel = hooks.HOOKS.plugin_api_implementations(OpFamily.GEMM)
     assert onednn.policy == LmHeadPolicy(1000, 2)
     assert panel.policy == PanelPolicy(kc=128, mc=64)
     # what `plugin-api doctor` prints for the LM-head layer

@@ -16,7 +16,7 @@ from plugin_api.ops.attention import FP8
 from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
 from plugin_api_cuda_sm90.descriptor import DESCRIPTOR
-from plugin_api_cuda_sm90.hooks import plugin_api_implementations
+from plugin_api_cuda_sm90.hooks import HOOKS
 from plugin_api_cuda_sm90.probe import TRITON, probe
 
 SPECS = {
@@ -49,7 +49,7 @@ def test_served_by_triton(machine, status, family):
     info = MACHINES[machine]
     a = probe(info)
     assert str(a.status) == status and a.reasons[-1] == "Triton kernels (triton 3.9.0)"
-    (impl,) = plugin_api_implementations(family)
+    (impl,) = HOOKS.plugin_api_implementations(family)
     assert impl.path is ImplPath.TRITON and impl.target is TRITON
     d = impl.supports(SPECS[family], info)
     assert d.ok and d.reasons[0] == "Triton kernels (triton 3.9.0)"
@@ -68,6 +68,6 @@ def test_without_a_usable_triton_they_fall_back_visibly(version, reason):
     assert str(a.status) == "validated"  # attention and GEMM do not need Triton
     assert a.reasons[-1] == f"{reason}: quant and state fall back to the reference"
     for family, spec in SPECS.items():
-        (impl,) = plugin_api_implementations(family)
+        (impl,) = HOOKS.plugin_api_implementations(family)
         d = impl.supports(spec, info)
         assert not d.ok and d.reasons == (reason,)

@@ -25,7 +25,7 @@ from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
 from plugin_api_rocm.descriptor import DESCRIPTOR
 from plugin_api_rocm.facts import FACTS, read
-from plugin_api_rocm.hooks import plugin_api_implementations
+from plugin_api_rocm.hooks import HOOKS
 from plugin_api_rocm.probe import probe
 
 BF16 = torch.bfloat16
@@ -42,7 +42,7 @@ YES = {
 
 
 def impl(family: str):
-    (found,) = plugin_api_implementations(OpFamily(family))
+    (found,) = HOOKS.plugin_api_implementations(OpFamily(family))
     return found
 
 
