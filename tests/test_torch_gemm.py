@@ -1,6 +1,7 @@
 """The host's torch GEMM (``plugin_api.gpu.torch_gemm``, used by xpu, rocm and cuda-sm90): its
-decisions from machine facts, and its torch calls on CPU tensors against the fp64/int64 oracles.
-The calls are the same on any device; on a GPU the conformance kit runs them there."""
+decisions from machine facts (the evidence rocm and xpu pass), and its torch calls on CPU tensors
+against the fp64/int64 oracles. The calls are the same on any device; on a GPU the conformance
+kit runs them there."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import torch
 
 from plugin_api.conformance import oracle
 from plugin_api.conformance.test_gemm import TOLERANCE
+from plugin_api.contract.decision import Decision
+from plugin_api.device_info import DeviceInfo
 from plugin_api.errors import UnsupportedSpec
 from plugin_api.gpu.platforms import ROCM
 from plugin_api.gpu.torch_facts import INT_MM, MM_OUT_DTYPE, TorchFacts
@@ -18,7 +21,9 @@ from plugin_api.ops.gemm import GemmSpec
 
 BF16, FP16, FP32, INT8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 FACTS = TorchFacts("test", ROCM)
-IMPL = TorchGemm("torch-test", FACTS)
+IMPL = TorchGemm(
+    "torch-test", "test", ROCM, device=None, mm_out_dtype=FACTS.mm_out_dtype, int_mm=FACTS.int_mm
+)
 
 
 def _info(mm: str | None, int_mm: str | None):
@@ -77,10 +82,25 @@ def test_decisions_follow_the_facts(spec, mm, int_mm, ok, reason):
 
 
 def test_int8_can_be_left_out():
-    d = TorchGemm("torch-test", FACTS, int8=False).supports(
-        GemmSpec(64, 64, INT8, BF16), _info(None, "yes: it runs")
+    no_int8 = TorchGemm(
+        "torch-test", "test", ROCM, device=None, mm_out_dtype=FACTS.mm_out_dtype, int_mm=None
     )
+    d = no_int8.supports(GemmSpec(64, 64, INT8, BF16), _info(None, "yes: it runs"))
     assert not d.ok and d.reasons == ("int8 scaled_mm: this plugin has no int8 GEMM kernel",)
+
+
+def test_a_rejected_device_is_the_answer_for_every_spec():
+    def amd_gpu(info: DeviceInfo) -> Decision:
+        if info.accelerators_of("amd"):
+            return Decision.accept()
+        return Decision.reject("no AMD GPU in this DeviceInfo")
+
+    impl = TorchGemm(
+        "torch-test", "test", ROCM, device=amd_gpu, mm_out_dtype=FACTS.mm_out_dtype, int_mm=None
+    )
+    for spec in (GemmSpec(64, 64, BF16, BF16), GemmSpec(64, 64, INT8, BF16)):
+        assert impl.supports(spec, MACHINES["h200"]).reasons == ("no AMD GPU in this DeviceInfo",)
+    assert impl.supports(GemmSpec(64, 64, BF16, BF16), MACHINES["mi300x"]).ok
 
 
 def test_int_mm_shape_names_every_misaligned_dimension():

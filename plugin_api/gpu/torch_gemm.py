@@ -6,14 +6,18 @@
   the same kernel nor the same cost, and an upcast of a rounded result is not the accumulator.
 - int8 W8A8 ``scaled_mm``: ``torch._int_mm`` (int32 accumulation), then the fp32 scales.
 
-``TorchGemmRuns`` is the run half (``prepare``, ``mm``, ``scaled_mm``); ``prepare`` checks on the
-weight's device that torch computes what ``supports`` accepted, and refuses otherwise. A plugin
-adds ``name`` and ``supports``: ``TorchGemm`` decides from the plugin's ``TorchFacts``.
+``TorchGemm`` is the one class every GPU plugin instantiates. Its acceptance takes the plugin's
+*evidence* per feature, each a ``DeviceInfo -> Decision`` (or ``None`` where the feature is never
+offered): ``cuda-sm90`` passes architecture and torch-version rules, which answer a what-if
+``DeviceInfo`` too; ``rocm`` and ``xpu`` pass their ``TorchFacts`` decisions, read on the real
+machine. ``prepare`` then checks on the weight's device that torch computes what was accepted,
+and refuses otherwise.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,10 +28,13 @@ from ..errors import UnsupportedSpec
 from ..ops.checks import short_dtype
 from ..ops.gemm import GemmSpec
 from ..reference.gemm import has_out_dtype_mm
-from .torch_facts import TorchFacts
+from .platforms import Platform
 
 INT_MM_ALIGN = 8  # torch._int_mm on CUDA/ROCm: K and N multiples of 8
 INT_MM_MIN_M = 17  # ... and more than 16 rows; shorter inputs are zero-padded
+
+# A plugin's evidence for one feature on the machine a DeviceInfo describes.
+Evidence = Callable[[DeviceInfo], Decision]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +76,66 @@ def out_dtype_mm(device: torch.device) -> tuple[bool, bool]:
     return True, True
 
 
-class TorchGemmRuns:
-    """The run methods of a torch GEMM; subclasses set ``name``, ``backend`` and ``supports``."""
+class TorchGemm:
+    """GEMM through torch, accepting by the plugin's evidence for each feature.
 
-    name: str
-    backend: str
+    ``device``: is this the plugin's device (``None``: the plugin's probe alone decides); a
+    rejection is the answer for every spec. ``mm_out_dtype``: ``torch.mm(out_dtype=float32)``
+    works, for weights in ``accumulator_weights``. ``int_mm``: an exact ``torch._int_mm``
+    (``None``: no int8 GEMM offered).
+    """
+
     path = ImplPath.TORCH
+
+    def __init__(
+        self,
+        name: str,
+        backend: str,
+        platform: Platform,
+        *,
+        device: Evidence | None,
+        mm_out_dtype: Evidence | None,
+        int_mm: Evidence | None,
+        accumulator_weights: tuple[torch.dtype, ...] = (torch.bfloat16,),
+    ) -> None:
+        self.name = name
+        self.backend = backend
+        self.platform = platform
+        self.device = device
+        self.mm_out_dtype = mm_out_dtype
+        self.int_mm = int_mm
+        # The weight dtypes the mm_out_dtype evidence covers (the facts' trial runs bf16 only).
+        self.accumulator_weights = accumulator_weights
+
+    def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
+        if self.device is not None and not (here := self.device(info)).ok:
+            return here
+        w, o = short_dtype(spec.weight_dtype), short_dtype(spec.out_dtype)
+        if spec.scaled:
+            if self.int_mm is None:
+                return Decision.reject("int8 scaled_mm: this plugin has no int8 GEMM kernel")
+            native = self.int_mm(info)
+            if not native.ok:
+                return Decision.reject(f"int8 scaled_mm needs torch._int_mm: {native.because()}")
+            shape = int_mm_shape(spec)
+            if not shape.ok:
+                return shape
+            return Decision.accept(
+                f"int8 scaled_mm, int32 accumulation, fp32 scales: {native.because()}"
+            )
+        if spec.out_dtype == spec.weight_dtype:
+            return Decision.accept(
+                f"torch.mm on {self.platform.name}, {w} in and out, fp32 accumulation"
+            )
+        if spec.out_dtype != torch.float32 or spec.weight_dtype not in self.accumulator_weights:
+            covered = "/".join(short_dtype(d) for d in self.accumulator_weights)
+            return Decision.reject(f"{w} -> {o}: only {covered} -> fp32 is feature-detected")
+        if self.mm_out_dtype is None:
+            return Decision.reject(f"{w} -> {o}: this plugin offers no fp32-accumulator output")
+        native = self.mm_out_dtype(info)
+        if not native.ok:
+            return Decision.reject(f"{w} -> {o} needs the fp32 accumulator: {native.because()}")
+        return Decision.accept(f"{w} -> {o}: {native.because()}")
 
     def prepare(
         self, spec: GemmSpec, weight: torch.Tensor, weight_scale: torch.Tensor | None
@@ -136,38 +197,3 @@ class TorchGemmRuns:
         if bias is not None:
             y += bias.float()
         out.copy_(y)
-
-
-class TorchGemm(TorchGemmRuns):
-    """Accepts by the plugin's machine facts: the LM head where ``torch.mm(out_dtype=float32)``
-    runs on the device, int8 where ``torch._int_mm`` does (``int8=False``: never offered)."""
-
-    def __init__(self, name: str, facts: TorchFacts, *, int8: bool = True) -> None:
-        self.name = name
-        self.backend = facts.backend
-        self.facts = facts
-        self.int8 = int8
-
-    def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
-        where = self.facts.platform.name
-        w, o = short_dtype(spec.weight_dtype), short_dtype(spec.out_dtype)
-        if spec.scaled:
-            if not self.int8:
-                return Decision.reject("int8 scaled_mm: this plugin has no int8 GEMM kernel")
-            native = self.facts.int_mm(info)
-            if not native.ok:
-                return Decision.reject(f"int8 scaled_mm needs torch._int_mm: {native.because()}")
-            shape = int_mm_shape(spec)
-            if not shape.ok:
-                return shape
-            return Decision.accept(
-                f"int8 scaled_mm, int32 accumulation, fp32 scales: {native.because()}"
-            )
-        if spec.out_dtype == spec.weight_dtype:
-            return Decision.accept(f"torch.mm on {where}, {w} in and out, fp32 accumulation")
-        if spec.weight_dtype != torch.bfloat16:
-            return Decision.reject(f"{w} -> {o}: only bf16 -> fp32 is feature-detected")
-        native = self.facts.mm_out_dtype(info)
-        if not native.ok:
-            return Decision.reject(f"{w} -> {o} needs the fp32 accumulator: {native.because()}")
-        return Decision.accept(f"{w} -> {o}: {native.because()}")

@@ -22,6 +22,7 @@ from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
     AttentionImpl,
+    AttentionMetadata,
     AttentionMetadataBuilder,
     AttentionType,
     CommonAttentionMetadata,
@@ -96,11 +97,20 @@ class PluginApiAttentionBackend(AttentionBackend):
 
 
 @dataclass
-class PluginApiAttentionMetadata:
+class PluginApiAttentionMetadata(AttentionMetadata):
     """One step: the token count and a plan per distinct spec among the group's layers."""
 
     num_actual_tokens: int
     plans: dict[pa.AttentionSpec, AttentionPlan]
+
+
+def model_dtype(vllm_config: VllmConfig) -> torch.dtype:
+    """The model's dtype. vLLM's config takes names ("auto", "bfloat16", ...) and resolves them
+    to a ``torch.dtype`` when it is built; a name left here is a config vLLM did not finish."""
+    dtype = vllm_config.model_config.dtype
+    if not isinstance(dtype, torch.dtype):
+        raise BridgeRefused(f"model dtype {dtype!r}: vLLM has not resolved it to a torch dtype")
+    return dtype
 
 
 def spec_for_layer(
@@ -129,7 +139,7 @@ def spec_for_layer(
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_size=head_size,
-        dtype=vllm_config.model_config.dtype,
+        dtype=model_dtype(vllm_config),
         kv_cache_dtype=KV_CACHE_DTYPES[kv_cache_dtype],
         block_size=vllm_config.cache_config.block_size,
         sliding_window=sliding_window,
@@ -201,13 +211,10 @@ class PluginApiAttentionImpl(AttentionImpl[PluginApiAttentionMetadata]):
             raw = raw.view(self.spec.cache_dtype)  # vLLM keeps fp8 caches as uint8 storage
         num_blocks = int(raw.shape[0])
         data = raw.view(kv_cache_shape(self.spec, num_blocks))
-        scales: dict[str, float] = {}
+        k_scale = v_scale = 1.0
         if self.spec.fp8_kv:
-            scales = {
-                "k_scale": float(layer._k_scale_float),
-                "v_scale": float(layer._v_scale_float),
-            }
-        kv = pa.KVCache(data, **scales)
+            k_scale, v_scale = float(layer._k_scale_float), float(layer._v_scale_float)
+        kv = pa.KVCache(data, k_scale=k_scale, v_scale=v_scale)
         self._kv = (key, kv)
         return kv
 
@@ -251,12 +258,13 @@ class PluginApiAttentionImpl(AttentionImpl[PluginApiAttentionMetadata]):
 
 def _layer_impls(vllm_config: VllmConfig, names: list[str]) -> list[PluginApiAttentionImpl]:
     layers = get_layers_from_vllm_config(vllm_config, VllmAttentionLayer, names)
-    impls = [layer.impl for layer in layers.values()]
-    for impl in impls:
-        if not isinstance(impl, PluginApiAttentionImpl):
+    impls: list[PluginApiAttentionImpl] = []
+    for layer in layers.values():
+        if not isinstance(layer.impl, PluginApiAttentionImpl):
             raise BridgeRefused(
-                f"layer runs {type(impl).__name__}, not the plugin-api attention backend"
+                f"layer runs {type(layer.impl).__name__}, not the plugin-api attention backend"
             )
+        impls.append(layer.impl)
     return impls
 
 

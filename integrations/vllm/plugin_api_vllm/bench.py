@@ -28,10 +28,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .generate import positive, side_env
 from .tiny_model import BENCH_SHAPE, cached
+
+if TYPE_CHECKING:
+    # vLLM's --dtype names; vLLM itself loads only where it runs
+    from vllm.config.model import ModelDType
 
 BATCH_LENGTHS = {1: [2048], 8: [256, 512, 768, 1024, 1280, 1536, 1792, 2048]}
 QUICK_LENGTHS = {1: [512], 8: [256, 320, 384, 448, 512, 576, 640, 704]}
@@ -71,7 +75,7 @@ def _timed(llm: Any, prompts: list[Any], decode: int) -> tuple[float, float, int
     return first[0] - t0, end - first[0], sum(made.values()) - first[1]
 
 
-def measure(model: str, dtype: str, reps: int, decode: int, quick: bool) -> dict[str, Any]:
+def measure(model: str, dtype: ModelDType, reps: int, decode: int, quick: bool) -> dict[str, Any]:
     """In this process: build the engine, time prefill and decode per batch."""
     from vllm import LLM, SamplingParams
 

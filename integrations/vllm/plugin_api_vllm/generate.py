@@ -16,7 +16,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # vLLM's --dtype names; vLLM itself loads only where it runs
+    from vllm.config.model import ModelDType
 
 # Prompt texts of the tests and the demo; the tiny models' tokenizer makes one token per byte.
 PROMPTS = (
@@ -56,7 +60,7 @@ def generate(
     model: str,
     prompts: list[str],
     *,
-    dtype: str,
+    dtype: ModelDType,
     compiled: bool,
     max_tokens: int,
     top2: bool,

@@ -24,18 +24,29 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from vllm.config import get_current_vllm_config
+from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
+    Int8ScaledMMLinearKernel,
+    Int8ScaledMMLinearLayerConfig,
+)
 from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.layers.quantization.compressed_tensors.schemes import (
     CompressedTensorsW8A8Int8,
 )
 from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
 import plugin_api as pa
+from plugin_api.ops.gemm import Usage
 
+from .attention import model_dtype
 from .errors import BridgeRefused
+
+# vLLM's attribute for a layer's method (read by its layers' forward and by ``served``)
+QUANT_METHOD = "quant_method"
 
 
 @dataclass
@@ -44,7 +55,7 @@ class Weight:
 
     n: int
     out_dtype: torch.dtype
-    usage: str
+    usage: Literal["linear", "lm_head", "scaled"]
     source: torch.Tensor | None  # the unprepared weight, until prepared
     packed: pa.PackedWeight | None = None
     calls: int = 0  # counted in the op: compiled graphs never run ``apply``
@@ -52,7 +63,7 @@ class Weight:
     def prepared(self) -> pa.PackedWeight:
         if self.packed is None:
             assert self.source is not None
-            usage = "lm_head" if self.usage == "lm_head" else "linear"
+            usage: Usage = "lm_head" if self.usage == "lm_head" else "linear"
             self.packed = pa.prepare(self.source, out_dtype=self.out_dtype, usage=usage)
         return self.packed
 
@@ -85,6 +96,12 @@ def mm_op(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tens
     return pa.mm(rows, packed, bias).view(*x.shape[:-1], w.n)
 
 
+def mm(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """``mm_op`` through the dispatcher (``torch.ops``), as vLLM's compiled graphs record it."""
+    y: torch.Tensor = torch.ops.plugin_api_vllm.mm(x, weight, bias)
+    return y
+
+
 @mm_op.register_fake
 def _mm_fake(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
     w = _weights[weight]
@@ -108,11 +125,21 @@ def _scaled_mm_fake(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> 
     return x.new_empty((*x.shape[:-1], w.n), dtype=w.out_dtype)
 
 
-class Int8Kernel:
-    """Stands in for vLLM's int8 scaled-mm kernel object in a compressed-tensors W8A8 scheme."""
+class Int8Kernel(Int8ScaledMMLinearKernel):
+    """vLLM's int8 scaled-mm kernel of a compressed-tensors W8A8 scheme, on plugin-api: it takes
+    the place (config, parameter names) of the kernel vLLM chose when it made the weights."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, replaced: Int8ScaledMMLinearKernel) -> None:
+        super().__init__(replaced.config, replaced.layer_param_names)
         self.index = index
+
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return True, None  # the selected plugin-api backend decided at prepare
+
+    @classmethod
+    def can_implement(cls, c: Int8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
+        return True, None  # _route_int8 refused every other scheme before this is made
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         pass
@@ -120,12 +147,13 @@ class Int8Kernel:
     def apply_weights(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return torch.ops.plugin_api_vllm.scaled_mm(x, self.index, bias)
+        y: torch.Tensor = torch.ops.plugin_api_vllm.scaled_mm(x, self.index, bias)
+        return y
 
 
 def served(module: torch.nn.Module) -> tuple[str, int] | None:
     """(kind, weight index) when the bridge serves ``module``'s GEMM, else None."""
-    method = getattr(module, "quant_method", None)
+    method = getattr(module, QUANT_METHOD, None)
     if isinstance(method, PluginApiLinearMethod):
         return "linear", method.index
     if isinstance(method, PluginApiLmHeadMethod):
@@ -149,7 +177,7 @@ class PluginApiLinearMethod(UnquantizedLinearMethod):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return torch.ops.plugin_api_vllm.mm(x, self.index, bias)
+        return mm(x, self.index, bias)
 
 
 class PluginApiLmHeadMethod(UnquantizedEmbeddingMethod):
@@ -165,14 +193,27 @@ class PluginApiLmHeadMethod(UnquantizedEmbeddingMethod):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return torch.ops.plugin_api_vllm.mm(x, self.index, bias)
+        return mm(x, self.index, bias)
+
+
+def _tensor(layer: torch.nn.Module, name: str) -> torch.Tensor:
+    """The data of ``layer``'s parameter ``name`` (typed: ``Module`` attributes may be modules)."""
+    value = getattr(layer, name)
+    if not isinstance(value, torch.Tensor):
+        raise BridgeRefused(f"{type(layer).__name__}.{name} is not a tensor")
+    return value.data
+
+
+def _set_method(layer: torch.nn.Module, method: QuantizeMethodBase) -> None:
+    # Module.__setattr__ is typed for tensors and modules; a layer's method is neither
+    setattr(layer, QUANT_METHOD, method)
 
 
 def _route_linear(layer: torch.nn.Module) -> None:
-    w = layer.weight.data
+    w = _tensor(layer, "weight")
     packed = pa.prepare(w, usage="linear")
     index = register(Weight(int(w.shape[0]), packed.spec.out_dtype, "linear", None, packed))
-    layer.quant_method = PluginApiLinearMethod(index)
+    _set_method(layer, PluginApiLinearMethod(index))
     # as vLLM's CPU path does: the layer keeps only the packed weight
     layer.weight = torch.nn.Parameter(
         torch.empty(0, dtype=w.dtype, device=w.device), requires_grad=False
@@ -189,21 +230,21 @@ def _route_int8(scheme: CompressedTensorsW8A8Int8, layer: torch.nn.Module) -> No
         )
     if not scheme.input_symmetric:
         raise BridgeRefused("int8 W8A8 with asymmetric activations: scaled_mm is symmetric")
-    w = layer.weight.data
-    scales = layer.weight_scale.data.reshape(-1).to(torch.float32).contiguous()
-    dtype = get_current_vllm_config().model_config.dtype
+    w = _tensor(layer, "weight")
+    scales = _tensor(layer, "weight_scale").reshape(-1).to(torch.float32).contiguous()
+    dtype = model_dtype(get_current_vllm_config())
     packed = pa.prepare(w, weight_scale=scales, out_dtype=dtype)
     index = register(Weight(int(w.shape[0]), dtype, "scaled", None, packed))
-    scheme.kernel = Int8Kernel(index)
+    scheme.kernel = Int8Kernel(index, scheme.kernel)
     empty = torch.empty(0, dtype=w.dtype, device=w.device)
     layer.weight = torch.nn.Parameter(empty, requires_grad=False)
 
 
 def _route_embedding(layer: torch.nn.Module) -> None:
     # the weight stays: lookups (and a head tied to the embeddings) read it
-    w = layer.weight.data
+    w = _tensor(layer, "weight")
     index = register(Weight(int(w.shape[0]), torch.float32, "lm_head", w))
-    layer.quant_method = PluginApiLmHeadMethod(index)
+    _set_method(layer, PluginApiLmHeadMethod(index))
 
 
 @contextlib.contextmanager
@@ -227,9 +268,12 @@ def routed_to_plugin_api() -> Iterator[None]:
         if not isinstance(self, PluginApiLmHeadMethod):
             _route_embedding(layer)
 
+    def int8(self: CompressedTensorsW8A8Int8, layer: torch.nn.Module) -> None:
+        _route_int8(self, layer)
+
     UnquantizedLinearMethod.process_weights_after_loading = linear  # type: ignore[method-assign]
     UnquantizedEmbeddingMethod.process_weights_after_loading = embedding  # type: ignore[method-assign]
-    CompressedTensorsW8A8Int8.process_weights_after_loading = _route_int8  # type: ignore[method-assign]
+    CompressedTensorsW8A8Int8.process_weights_after_loading = int8  # type: ignore[method-assign]
     try:
         yield
     finally:

@@ -1,18 +1,21 @@
-"""GEMM on CUDA through torch: cuBLAS with an fp32 output straight from the fp32 accumulator
-(``torch.mm(..., out_dtype=torch.float32)``) for the LM head, and int8 W8A8 through
-``torch._int_mm``. The run methods are the host's (``plugin_api.gpu.torch_gemm``): both features are
-checked on the device at ``prepare``; a missing one is an error, never emulated. Acceptance here
-is by architecture and torch version, so a what-if ``DeviceInfo`` gets the real answer.
+"""GEMM on CUDA through torch: the host's ``TorchGemm`` (cuBLAS underneath), with an fp32 output
+straight from the fp32 accumulator (``torch.mm(..., out_dtype=torch.float32)``) for the LM head,
+and int8 W8A8 through ``torch._int_mm``.
+
+This plugin's evidence is rules on ``DeviceInfo``: the GPU architecture (``rules.arch_of``) and
+the torch version, so a what-if ``DeviceInfo`` gets the real answer. ``prepare`` still checks
+both features on the device; a missing one is an error, never emulated.
 """
 
 from __future__ import annotations
 
+import torch
 from packaging.version import InvalidVersion, Version
 
 from plugin_api.contract.decision import Decision
 from plugin_api.device_info import DeviceInfo
-from plugin_api.gpu.torch_gemm import TorchGemmRuns, int_mm_shape, wants_accumulator
-from plugin_api.ops.gemm import GemmSpec
+from plugin_api.gpu.platforms import CUDA
+from plugin_api.gpu.torch_gemm import TorchGemm
 
 from .rules import arch_of
 
@@ -28,29 +31,41 @@ def _torch_version(info: DeviceInfo) -> Version | None:
         return None
 
 
-class TorchCudaGemm(TorchGemmRuns):
-    name = "torch-cublas"
-    backend = "cuda-sm90"
-
-    def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
-        if arch_of(info) is None:
-            return Decision.reject("no SM90/SM100/SM12x NVIDIA GPU in this DeviceInfo")
-        tv = _torch_version(info)
-        if spec.scaled:
-            shape = int_mm_shape(spec)
-            if not shape.ok:
-                return shape
-            return Decision.accept("torch._int_mm int32 accumulation, fp32 per-token/channel scale")
-        if wants_accumulator(spec):
-            if tv is None or tv < OUT_DTYPE_MM_SINCE:
-                return Decision.reject(
-                    f"fp32 output of a {spec.weight_dtype} GEMM needs torch.mm(out_dtype="
-                    f"float32) (torch >= {OUT_DTYPE_MM_SINCE}); torch here: "
-                    f"{info.torch.version if info.torch else 'none'}"
-                )
-            return Decision.accept("torch.mm(out_dtype=float32): cuBLAS fp32 accumulator as output")
-        return Decision.accept("torch.mm/addmm (cuBLAS)")
+def on_supported_gpu(info: DeviceInfo) -> Decision:
+    """An SM90/SM100/SM12x NVIDIA GPU: the architectures this plugin has rules for."""
+    if arch_of(info) is None:
+        return Decision.reject("no SM90/SM100/SM12x NVIDIA GPU in this DeviceInfo")
+    return Decision.accept()
 
 
-def implementations() -> tuple[TorchCudaGemm]:
-    return (TorchCudaGemm(),)
+def mm_out_dtype(info: DeviceInfo) -> Decision:
+    """``torch.mm(out_dtype=float32)`` (bf16 and fp16 inputs) is in torch's CUDA build since 2.8."""
+    tv = _torch_version(info)
+    here = info.torch.version if info.torch else "none"
+    if tv is None or tv < OUT_DTYPE_MM_SINCE:
+        return Decision.reject(
+            f"torch.mm(out_dtype=float32) on CUDA needs torch >= {OUT_DTYPE_MM_SINCE}; "
+            f"torch here: {here}"
+        )
+    return Decision.accept(
+        f"torch.mm(out_dtype=float32) on CUDA (torch {here}): the cuBLAS fp32 accumulator as output"
+    )
+
+
+def int_mm(info: DeviceInfo) -> Decision:
+    """``torch._int_mm`` is cuBLASLt's exact int8 GEMM on every architecture ``arch_of`` names."""
+    return Decision.accept(f"torch._int_mm on {arch_of(info)} (cuBLASLt int8)")
+
+
+def implementations() -> tuple[TorchGemm]:
+    return (
+        TorchGemm(
+            "torch-cublas",
+            "cuda-sm90",
+            CUDA,
+            device=on_supported_gpu,
+            mm_out_dtype=mm_out_dtype,
+            int_mm=int_mm,
+            accumulator_weights=(torch.bfloat16, torch.float16),
+        ),
+    )
