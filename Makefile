@@ -14,11 +14,12 @@ setup: $(STAMP)
 # Debian packages the tests need, as command:package. shellcheck and jq: docs checks; curl and
 # openssl: the serving guide's blocks run them (against a local HTTPS stand-in for the endpoint);
 # docker-registry: a real OCI registry for tests/ci; g++ and ninja: the cpu-arm-acl kernels build on
-# first use; aarch64-linux-gnu-g++: type-checks their Arm variant. Installed when missing and
-# apt-get is usable (root); otherwise make says which are missing.
+# first use; aarch64-linux-gnu-g++: type-checks their Arm variant, and qemu-aarch64 runs its
+# NEON group quantization against the scalar path. Installed when missing and apt-get is usable
+# (root); otherwise make says which are missing.
 DEBIAN_DEPS := shellcheck:shellcheck jq:jq curl:curl openssl:openssl \
 	docker-registry:docker-registry g++:g++ ninja:ninja-build \
-	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu
+	aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64:qemu-user
 system-deps:
 	@missing=""; for pair in $(DEBIAN_DEPS); do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
@@ -63,7 +64,7 @@ doctor: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy plugin_api
+	$(VENV)/bin/mypy plugin_api $(foreach p,$(PLUGINS) $(INTEGRATIONS),$(p)/$(subst -,_,plugin_api_$(notdir $(p))))
 
 # The Triton kernels run on the CPU only in the interpreter, which must be chosen before triton
 # traces them: their own pytest process, so no other test runs interpreted.

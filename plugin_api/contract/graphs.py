@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from .decision import Decision
 
 
 class GraphLevel(enum.IntEnum):
@@ -36,6 +38,16 @@ class GraphSupport:
     def __post_init__(self) -> None:
         if not self.reason:
             raise ValueError("GraphSupport needs a reason")
+
+
+def unless_refused(served: Decision, level: Callable[[], GraphSupport]) -> GraphSupport:
+    """The one rule of every attention implementation's ``graph_support``: a spec its own
+    ``supports`` refuses (``served``) is NEVER captured, with the refusal as the reason, since a
+    higher level would promise a graph of code that never runs; a served spec gets ``level()``,
+    the implementation's own declaration."""
+    if not served.ok:
+        return GraphSupport(GraphLevel.NEVER, f"not served here: {served.because()}")
+    return level()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,32 +1,60 @@
-"""The CPU attention extension (``csrc/attention.cpp``): which ISA variant fits a machine, and
+"""The CPU attention extension (``csrc/attention_*``): which ISA variant fits a machine, and
 building/loading it once.
 
-One source, compiled per ISA with torch's ``at::vec`` capability macros into a shared library of
-plain C functions, called through ctypes (no pybind: the build takes seconds, not minutes; ctypes
-releases the GIL during each call). A build is cached beside the oneDNN extension's
-(``build.cache_root()``) in a folder keyed by the sources, the torch version, the ISA and its
-flags, so it is built once per machine and reloaded without a compiler afterwards. A failed
-build raises ``ExtensionBuildError`` (``build``'s) naming the log.
+The sources are compiled per ISA with torch's ``at::vec`` capability macros into a library of
+torch ops in a namespace of that variant (``torch.ops.pa_cpu_attn_<variant>``), so that variants
+never collide in one process; the ops take tensors and check them. Python calls them by name
+(``Kernels.ops``) and reads the kernels' constants from the ``limits`` op (``Limits``). A build
+is cached beside the oneDNN extension's (``build.cache_root()``) in a folder keyed by the
+sources, the torch version, the ISA and its flags, so it is built once per machine and reloaded
+without a compiler afterwards. A failed build raises ``ExtensionBuildError`` (``build``'s) naming
+the log.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from plugin_api.device_info import DeviceInfo
 
 from .build import ExtensionBuildError, cache_root
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("attention.cpp",)
-HEADERS = ("attention_vec.h", "attention_kernels.h")
+# four translation units, compiled in parallel: only the ops parse torch's library headers
+SOURCES = (
+    "attention_vector.cpp",
+    "attention_ops.cpp",
+    "attention_matrix.cpp",
+    "attention_plan.cpp",
+)
+HEADERS = (
+    "attention.h",
+    "attention_plan.h",
+    "attention_item.h",
+    "attention_vec.h",
+    "attention_kernels.h",
+)
+NAMESPACE = "pa_cpu_attn"
+
+# What the kernels admit (attention.py's ``supports`` applies it without building anything):
+# the build passes these to the C++ as -D definitions, which checks its assumptions against them.
+HEAD_MULTIPLE = 16  # whole vectors on every ISA path
+MAX_HEAD_SIZE = 512
+BLOCK_MULTIPLE = 16  # one vector of 16 lanes, two of 8, four of 4: every ISA path
+MAX_BLOCK_SIZE = 256
+ADMISSION = {
+    "PA_ATTN_HEAD_MULTIPLE": HEAD_MULTIPLE,
+    "PA_ATTN_MAX_HEAD_SIZE": MAX_HEAD_SIZE,
+    "PA_ATTN_BLOCK_MULTIPLE": BLOCK_MULTIPLE,
+    "PA_ATTN_MAX_BLOCK_SIZE": MAX_BLOCK_SIZE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,59 +121,82 @@ def isa_path(info: DeviceInfo) -> IsaPath | None:
     return None
 
 
+def namespace(isa: IsaPath) -> str:
+    """The variant's torch op namespace: ``torch.ops.pa_cpu_attn_<variant>``."""
+    return f"{NAMESPACE}_{isa.name}"
+
+
+def cflags(isa: IsaPath) -> tuple[str, ...]:
+    """Everything the variant is compiled with: flags, its op namespace, the admission limits."""
+    defines = {"PA_ATTN_NAMESPACE": namespace(isa), **ADMISSION}
+    return (*COMMON_CFLAGS, *isa.cflags, *(f"-D{k}={v}" for k, v in defines.items()))
+
+
 def build_key(isa: IsaPath, torch_version: str) -> str:
     h = hashlib.sha256()
     for name in SOURCES + HEADERS:
         h.update(name.encode() + b"\0" + (CSRC / name).read_bytes() + b"\0")
-    h.update(f"{torch_version}\0{isa.name}\0{' '.join(isa.cflags + COMMON_CFLAGS)}".encode())
+    h.update(f"{torch_version}\0{isa.name}\0{' '.join(cflags(isa))}".encode())
     return h.hexdigest()[:16]
 
 
-_I64, _F64, _PTR = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
-SIGNATURES: dict[str, tuple[object, list[object]]] = {
-    "pa_attn_init": (None, []),
-    "pa_attn_fp8_table": (_PTR, []),
-    "pa_attn_vector_width": (_I64, []),
-    "pa_attn_matrix_engine": (_I64, []),
-    "pa_attn_last_error": (ctypes.c_char_p, []),
-    "pa_attn_plan": (None, [_PTR, _PTR] + [_I64] * 9 + [_PTR, _PTR, _PTR]),
-    "pa_attn_forward": (
-        _I64,
-        [_PTR, _PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR]
-        + [_I64] * 4
-        + [_F64] * 3
-        + [_I64, _I64, _F64, _I64, _I64],
-    ),
-    "pa_attn_write_kv": (
-        _I64,
-        [_PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64]
-        + [_F64] * 2,
-    ),
-}
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The kernels' constants, as the ``limits`` op reports them (csrc/attention_plan.h)."""
+
+    rows_layout_min: (
+        int  # query rows per KV head from which an item takes the rows or matrix layout
+    )
+    item_fields: int  # int32 columns of a plan's items
+    reduce_fields: int  # int32 columns of a plan's reduce rows
+    max_head_group: int  # KV heads per decode item
+    max_splits: int  # parts a key range is split into, at most
+    vector_width: int  # fp32 lanes of at::vec in this variant
+    head_multiple: int
+    max_head_size: int
+    block_multiple: int
+    max_block_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Kernels:
+    """One loaded variant: its ops (``torch.ops.pa_cpu_attn_<variant>``) and constants."""
+
+    isa: IsaPath
+    ops: Any
+    limits: Limits
+    library: Path
 
 
 @functools.cache
-def load(isa_name: str) -> ctypes.CDLL:
+def load(isa_name: str) -> Kernels:
     """The kernels for ``isa_name``: loaded from the cache, else built once."""
     import torch  # its libraries must be loaded before ours (ours links against them)
 
-    isa = next(i for i in ISA_PATHS if i.name == isa_name)
+    isa = next((i for i in ISA_PATHS if i.name == isa_name), None)
+    if isa is None:
+        raise ValueError(f"isa_name={isa_name!r}: one of {[i.name for i in ISA_PATHS]}")
     name = f"plugin_api_cpu_attention_{isa.name}_{build_key(isa, torch.__version__)}"
     folder = cache_root() / name
     library = folder / f"{name}.so"
-    if not library.is_file():
+    if library.is_file():
+        try:
+            torch.ops.load_library(str(library))  # type: ignore[no-untyped-call]
+        except OSError as e:
+            raise ExtensionBuildError(
+                f"cpu-arm-acl: cannot load {library}: {e}", backend="cpu-arm-acl"
+            ) from e
+    else:  # the build loads what it built (a second copy would register the ops twice)
         _build(isa, name, folder, library)
-    try:
-        lib = ctypes.CDLL(str(library))
-    except OSError as e:
+    ops = getattr(torch.ops, namespace(isa))
+    reported = dict(ops.limits())
+    names = [f.name for f in fields(Limits)]
+    if sorted(reported) != sorted(names):
         raise ExtensionBuildError(
-            f"cpu-arm-acl: cannot load {library}: {e}", backend="cpu-arm-acl"
-        ) from e
-    for fn, (restype, argtypes) in SIGNATURES.items():
-        f = getattr(lib, fn)
-        f.restype, f.argtypes = restype, argtypes
-    lib.pa_attn_init()
-    return lib
+            f"cpu-arm-acl: {library} reports limits {sorted(reported)}, expected {sorted(names)}",
+            backend="cpu-arm-acl",
+        )
+    return Kernels(isa, ops, Limits(**reported), library)
 
 
 def _build(isa: IsaPath, name: str, folder: Path, library: Path) -> None:
@@ -166,7 +217,7 @@ def _build(isa: IsaPath, name: str, folder: Path, library: Path) -> None:
         cpp_extension.load(
             name=name,
             sources=[str(CSRC / s) for s in SOURCES],
-            extra_cflags=list(COMMON_CFLAGS + isa.cflags),
+            extra_cflags=list(cflags(isa)),
             extra_include_paths=[str(CSRC)],
             build_directory=str(work),
             is_python_module=False,

@@ -1,52 +1,44 @@
-"""Paged attention on the CPU: native kernels over torch's ``at::vec`` (``csrc/attention.cpp``).
+"""Paged attention on the CPU: native kernels over torch's ``at::vec`` (``csrc/attention_*``).
 
 The ISA variant (AVX-512, AVX2+FMA, NEON) is chosen from ``DeviceInfo.cpu_flags``; the decision
 reason names it, so ``plugin-api doctor`` shows which path runs. Where the CPU has AMX, prefill
 tiles of bf16 specs run as bf16 GEMMs through torch's ``cpublas::brgemm`` (``matrix_path``; the
 ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX`` setting). ``plan`` splits the step into work items once
-(shared by every layer); ``forward`` allocates nothing.
+(shared by every layer); ``forward`` allocates nothing. The kernels are torch ops
+(``_attention_ext``), called by name.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
 
 import torch
 
 from plugin_api.contract.decision import Decision, ImplPath
-from plugin_api.contract.graphs import GraphLevel, GraphSupport
+from plugin_api.contract.graphs import GraphLevel, GraphSupport, unless_refused
 from plugin_api.device_info import DeviceInfo, read_device_info
-from plugin_api.ops.attention import FP8, AttentionBatch, AttentionSpec, KVCache
+from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
 
 from . import _attention_ext as ext
 from . import cpu_family, settings
+from ._attention_ext import BLOCK_MULTIPLE, HEAD_MULTIPLE, MAX_BLOCK_SIZE, MAX_HEAD_SIZE
 from .settings import ATTENTION_MATRIX, ATTENTION_PREFETCH, MATRIX_MODES, PREFETCH_MODES
 
-BLOCK_MULTIPLE = 16  # one vector of 16 lanes, two of 8, four of 4: every ISA path
-MAX_BLOCK_SIZE = 256
-HEAD_MULTIPLE = 16
-MAX_HEAD_SIZE = 512
 # Query rows (tokens x heads per KV head) one work item takes: enough to amortise converting a
 # K/V block to fp32, small enough that its scratch stays in L2.
 TILE_ROWS = 64
 # A key range is split for parallelism only into parts of at least this many keys.
 MIN_SPLIT_KEYS = 512
-# dtype codes of the C entry points
-DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8: 3}
-ITEM_FIELDS, REDUCE_FIELDS = 9, 6
-# Query rows per KV head from which an item takes the rows layout, or the matrix layout
-# (attention.cpp's kRowsLayoutMin).
-MATRIX_MIN_ROWS = 16
 AMX_FLAGS = frozenset({"amx_tile", "amx_bf16"})
 
 
 @dataclass(frozen=True, slots=True)
 class MatrixPath:
-    """Whether prefill tiles (``MATRIX_MIN_ROWS`` or more query rows per KV head) run as bf16
-    GEMMs through torch's ``cpublas::brgemm``, and why. ``engine``: the CPU has AMX, so oneDNN's
-    AMX kernels run them (without it, torch's gemm: only ``on`` asks for that)."""
+    """Whether prefill tiles (items of ``Limits.rows_layout_min`` or more query rows per KV
+    head) run as bf16 GEMMs through torch's ``cpublas::brgemm``, and why. ``engine``: the CPU
+    has AMX, so oneDNN's AMX kernels run them (without it, torch's gemm: only ``on`` asks for
+    that)."""
 
     used: bool
     engine: bool
@@ -66,7 +58,7 @@ def matrix_path(spec: AttentionSpec, info: DeviceInfo, mode: str) -> MatrixPath:
         return MatrixPath(
             True,
             True,
-            f"prefill tiles ({MATRIX_MIN_ROWS}+ query rows per KV head) as bf16 GEMMs by "
+            "prefill tiles (items of many query rows per KV head) as bf16 GEMMs by "
             "torch's cpublas::brgemm on AMX (oneDNN), p rounded to bf16",
         )
     if mode == "on":
@@ -87,10 +79,8 @@ class PrefetchTarget:
     reason: str
 
 
-# (vendor, first family) where "auto" prefetches into L1, from cold decodes at batch 8-16 x 4k
-# with 8 KV heads (A/B in one process): Zen 5 (AMD family 26) took 0.82-0.85x the time of L2.
-# The Zen 4 (family 25) took 1.08-1.38x with L1 (an earlier kernel); other CPUs are unmeasured
-# and keep L2.
+# (vendor, first family) where "auto" prefetches into L1: measured faster there
+# (docs/measurements/cpu-arm-acl/2026-12-04-zen5.md); other CPUs keep L2.
 L1_PREFETCH_FROM = ("AuthenticAMD", 26)
 
 
@@ -116,9 +106,10 @@ def prefetch_target(info: DeviceInfo, mode: str) -> PrefetchTarget:
 class CpuAttentionPlan:
     """One step's work items and split-reduction buffers (CPU tensors).
 
-    ``items`` int32 ``[U, 8]``: (sequence, KV head, first query row, query rows, position of the
-    first query, key begin, key end, partial row or -1). ``reduce`` int32 ``[E, 5]``: query rows,
-    KV head, first partial row and split count of each split tile. ``partial_acc`` fp32
+    ``items`` int32 ``[U, Limits.item_fields]``: (sequence, first KV head, KV heads, first query
+    token, query tokens, position of the first query, key begin, key end, partial row or -1).
+    ``reduce`` int32 ``[E, Limits.reduce_fields]``: first query token, query tokens, first KV
+    head, KV heads, first partial row and split count of each split tile. ``partial_acc`` fp32
     ``[P, head_size]`` and ``partial_ml`` fp32 ``[P, 2]`` hold unnormalised split results.
     """
 
@@ -144,7 +135,7 @@ def _machine_isa() -> ext.IsaPath | None:
     return ext.isa_path(_machine())
 
 
-def _extension() -> ctypes.CDLL:
+def _extension() -> ext.Kernels:
     isa = _machine_isa()
     if isa is None:  # supports() rejected this machine already; reaching here is a host bug
         raise RuntimeError("cpu-arm-acl attention: no ISA path fits this CPU")
@@ -202,17 +193,20 @@ class CpuPagedAttention:
         )
 
     def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
-        return GraphSupport(
-            GraphLevel.NEVER,
-            "CPU kernels: there is no CUDA graph to capture, every step runs eagerly",
+        return unless_refused(
+            self.supports(spec, info),
+            lambda: GraphSupport(
+                GraphLevel.NEVER,
+                "CPU kernels: there is no CUDA graph to capture, every step runs eagerly",
+            ),
         )
 
     def plan(
         self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: object
     ) -> CpuAttentionPlan:
-        lib = _extension()
+        ops = _extension().ops
         matrix = matrix_path(spec, _machine(), self.matrix)
-        if matrix.used and matrix.engine and not lib.pa_attn_matrix_engine():
+        if matrix.used and matrix.engine and not ops.matrix_engine():
             # the CPU flags show AMX, yet torch's oneDNN will not pack for it (oneDNN disabled in
             # torch.backends.mkldnn, or its ISA capped by ONEDNN_MAX_CPU_ISA): the GEMMs would
             # quietly run on torch's slow gemm instead
@@ -222,27 +216,20 @@ class CpuPagedAttention:
                 f"{ATTENTION_MATRIX}=off to run the vector kernels, or =on to accept torch's gemm"
             )
         tokens = batch.num_tokens if batch.num_seqs else 0
-        qsl = batch.query_start_loc.contiguous()
         seq_lens = batch.seq_lens.contiguous()
-        args = (
-            qsl.data_ptr(),
-            seq_lens.data_ptr(),
-            batch.num_seqs,
-            spec.num_heads // spec.num_kv_heads,
-            spec.num_kv_heads,
-            spec.block_size,
-            int(spec.causal),
-            spec.sliding_window or 0,
-            torch.get_num_threads(),
-            TILE_ROWS,
-            MIN_SPLIT_KEYS,
+        items, reduce, rows = ops.plan(
+            query_start_loc=batch.query_start_loc.contiguous(),
+            seq_lens=seq_lens,
+            num_seqs=batch.num_seqs,
+            group=spec.num_heads // spec.num_kv_heads,
+            kv_heads=spec.num_kv_heads,
+            block_size=spec.block_size,
+            causal=spec.causal,
+            window=spec.sliding_window or 0,
+            num_threads=torch.get_num_threads(),
+            tile_rows=TILE_ROWS,
+            min_split_keys=MIN_SPLIT_KEYS,
         )
-        counts = torch.zeros(3, dtype=torch.int64)
-        lib.pa_attn_plan(*args, counts.data_ptr(), None, None)  # sizes first
-        n_items, n_reduce, rows = counts.tolist()
-        items = torch.empty((n_items, ITEM_FIELDS), dtype=torch.int32)
-        reduce = torch.empty((n_reduce, REDUCE_FIELDS), dtype=torch.int32)
-        lib.pa_attn_plan(*args, counts.data_ptr(), items.data_ptr(), reduce.data_ptr())
         return CpuAttentionPlan(
             items=items,
             reduce=reduce,
@@ -264,25 +251,15 @@ class CpuPagedAttention:
         kv_cache: KVCache,
         plan: CpuAttentionPlan,
     ) -> None:
-        rc = _extension().pa_attn_write_kv(
-            key.data_ptr(),
-            value.data_ptr(),
-            DTYPE_CODES[spec.dtype],
-            key.stride(0),
-            key.stride(1),
-            value.stride(0),
-            value.stride(1),
-            kv_cache.data.data_ptr(),
-            DTYPE_CODES[spec.cache_dtype],
-            plan.slot_mapping.data_ptr(),
-            plan.num_tokens,
-            spec.num_kv_heads,
-            spec.head_size,
-            spec.block_size,
-            float(kv_cache.k_scale),
-            float(kv_cache.v_scale),
+        _extension().ops.write_kv(
+            key=key,
+            value=value,
+            kv_cache=kv_cache.data,
+            slot_mapping=plan.slot_mapping,
+            num_tokens=plan.num_tokens,
+            k_scale=float(kv_cache.k_scale),
+            v_scale=float(kv_cache.v_scale),
         )
-        _check(rc, "write_kv")
 
     def forward(
         self,
@@ -293,44 +270,26 @@ class CpuPagedAttention:
         sinks: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        rc = _extension().pa_attn_forward(
-            query.data_ptr(),
-            kv_cache.data.data_ptr(),
-            DTYPE_CODES[spec.dtype],
-            DTYPE_CODES[spec.cache_dtype],
-            plan.block_table.data_ptr(),
-            plan.block_table.stride(0),
-            plan.seq_lens.data_ptr(),
-            plan.items.data_ptr(),
-            plan.items.shape[0],
-            plan.reduce.data_ptr(),
-            plan.reduce.shape[0],
-            plan.partial_acc.data_ptr(),
-            plan.partial_ml.data_ptr(),
-            None if sinks is None else sinks.data_ptr(),
-            out.data_ptr(),
-            spec.num_heads,
-            spec.num_kv_heads,
-            spec.head_size,
-            spec.block_size,
-            spec.softmax_scale,
-            float(kv_cache.k_scale),
-            float(kv_cache.v_scale),
-            int(spec.causal),
-            spec.sliding_window or 0,
-            spec.logits_soft_cap or 0.0,
-            int(plan.matrix),
-            int(plan.ahead_l1),
+        _extension().ops.forward(
+            query=query,
+            kv_cache=kv_cache.data,
+            block_table=plan.block_table,
+            seq_lens=plan.seq_lens,
+            items=plan.items,
+            reduce=plan.reduce,
+            partial_acc=plan.partial_acc,
+            partial_ml=plan.partial_ml,
+            sinks=sinks,
+            out=out,
+            scale=spec.softmax_scale,
+            k_scale=float(kv_cache.k_scale),
+            v_scale=float(kv_cache.v_scale),
+            causal=spec.causal,
+            window=spec.sliding_window or 0,
+            soft_cap=spec.logits_soft_cap or 0.0,
+            matrix=plan.matrix,
+            ahead_l1=plan.ahead_l1,
         )
-        _check(rc, "forward")
-
-
-def _check(rc: int, what: str) -> None:
-    if rc == -2:  # torch's brgemm or pack raised inside the kernels
-        error = _extension().pa_attn_last_error().decode(errors="replace")
-        raise RuntimeError(f"cpu-arm-acl attention {what}: {error}")
-    if rc != 0:  # the host validated dtypes, so this is a bug, not bad input
-        raise RuntimeError(f"cpu-arm-acl attention {what}: the kernel rejected a dtype code")
 
 
 def implementations() -> tuple[CpuPagedAttention]:

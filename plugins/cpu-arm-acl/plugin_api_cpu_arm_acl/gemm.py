@@ -243,7 +243,8 @@ class OneDnnGemm:
         kernel_out = out if out.dtype == dst else self._staging("dst", m, n, dst)
         kernel_out = self._dense(kernel_out, "dst")
         scaled = spec.scaled and self._host_form().weight_scales
-        conf = (m, n, k, k, n, CODES[payload.compute], CODES[payload.compute], CODES[dst])
+        conf: tuple[int, ...] = (m, n, k, k, n, CODES[payload.compute], CODES[payload.compute])
+        conf += (CODES[dst],)
         conf += (CODES[F32] if in_kernel else 0, int(scaled), self._threads())
         epilogue_bias = bias32 if bias is not None and not in_kernel else None
         return Call(problem, conf, src, bias32 if in_kernel else None, kernel_out, epilogue_bias)

@@ -59,8 +59,10 @@ def panel_isa(info: DeviceInfo) -> str:
 def quant_isa(info: DeviceInfo) -> str:
     """The widest vector path of the group-quant kernel for this CPU (it is built with
     ``-march=native``): ``avx512`` (AVX-512 F/BW/VL, with AVX2 for the rest of a group), ``avx2``
-    (AVX2, FMA, F16C), else ``scalar`` (compiler-vectorised C++); group_quant.cpp's PA_AVX512
-    and PA_AVX2."""
+    (AVX2, FMA, F16C), ``neon`` (every aarch64 CPU), else ``scalar`` (compiler-vectorised C++);
+    group_quant.cpp's PA_AVX512, PA_AVX2 and PA_NEON."""
+    if info.machine in ARM:
+        return "neon"
     avx2 = {"avx2", "fma", "f16c"}
     if info.machine in X86 and avx2 | {"avx512f", "avx512bw", "avx512vl"} <= info.cpu_flags:
         return "avx512"

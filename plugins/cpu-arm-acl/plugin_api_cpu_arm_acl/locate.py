@@ -11,7 +11,7 @@ import mmap
 import platform
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import importlib_metadata
 
@@ -87,7 +87,8 @@ def _wheel_file(dist: str, name: str, under: str = "") -> Path | None:
     except importlib_metadata.PackageNotFoundError:
         return None
     for f in files:
-        if f.name == name and (not under or under in f.as_posix()):
+        rel = PurePosixPath(str(f))  # the record's path, relative to site-packages
+        if rel.name == name and (not under or under in rel.as_posix()):
             path = Path(str(f.locate())).resolve()
             if path.exists():
                 return path

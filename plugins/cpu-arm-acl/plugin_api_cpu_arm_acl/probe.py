@@ -34,9 +34,9 @@ def probe(info: DeviceInfo) -> Availability:
         if info.fact(FACT_ACL) == "yes":
             slow = kernel_probe.slow_bf16(info) if bf16_matmul(info) else None
             why = kernel_probe.why_not(info, slow) if slow else ""
-            bf16 = [f"bf16 GEMMs run the plugin's panel kernels: {why}"] if slow else []
+            panel = [f"bf16 GEMMs run the plugin's panel kernels: {why}"] if slow else []
             return Availability.validated(
-                "cpu", f"{info.cpu_model} ({isa}) with ACL-enabled {onednn}", *kernels, *bf16
+                "cpu", f"{info.cpu_model} ({isa}) with ACL-enabled {onednn}", *kernels, *panel
             )
         return Availability.unavailable(
             f"{info.cpu_model} ({isa}): {onednn} was built without ACL; build oneDNN with ACL "

@@ -3,7 +3,8 @@
 Bit-exact with the documented rule (docs/ops.md) for int8 and fp8 e4m3fn, both scale layouts
 and ue8m0: IEEE fp32 division, round-half-even, fp8 RNE with saturation to +-448. AVX-512 (16
 lanes) where the CPU has it, AVX2 (8 lanes, F16C for fp16 input) for the rest or where that is
-the best, the same operations in scalar C++ elsewhere; OpenMP over (row, group). On AVX-512
+the best, NEON (two vectors of 4 lanes a step) on Arm, the same operations in scalar C++ for
+each group's tail and elsewhere; OpenMP over (row, group). On AVX-512
 with VBMI, bf16 input goes 64 elements a step (byte permutes put the codes in order) and its
 groups are planned 16 at a time, elsewhere on x86 8 at a time; on AVX-512, large outputs are
 streamed (``STREAM_MIN_BYTES``).
@@ -21,11 +22,10 @@ from . import settings
 from .build import extension
 from .isa import quant_isa
 
-#: Codes of at least this many bytes are written with streaming stores, past the caches. An
-#: output this large (half the 32 MiB L3 of the machines measured) does not stay cached for the
-#: GEMM that reads it anyway, and streaming saves each line's read for ownership: (4096, 7168)
-#: int8 from bf16, two threads, cold, 0.85x the time on the Zen 4. Smaller outputs, a decode
-#: step's activations above all, are stored normally and stay cached for their reader.
+#: Codes of at least this many bytes are written with streaming stores, past the caches (AVX-512
+#: builds): an output this large does not stay cached for the GEMM that reads it; smaller ones (a
+#: decode step's activations) stay cached for their reader. Measured:
+#: docs/measurements/cpu-arm-acl/2026-12-03-zen4.md.
 STREAM_MIN_BYTES = 16 * 2**20
 
 
@@ -51,6 +51,7 @@ class NativeGroupQuant:
         how = {
             "avx512": f"AVX-512 ({', '.join(avx512)})",
             "avx2": f"AVX2 ({plans[0]})" if plans else "AVX2",
+            "neon": "NEON (8 elements a step, scalar C++ for a group's rest)",
             "scalar": "scalar C++ (compiler-vectorised)",
         }[isa]
         stream = (

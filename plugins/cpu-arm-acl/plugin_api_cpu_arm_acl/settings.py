@@ -10,8 +10,8 @@
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
 - ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX``: ``auto`` (default), ``on`` or ``off``: whether prefill
   tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
-  kernels). ``auto``: where the CPU has AMX; ``on`` also elsewhere (torch's gemm runs them, 1.3x
-  the vector kernels' time on the Zen 3: it exists to test that path anywhere).
+  kernels). ``auto``: where the CPU has AMX; ``on`` also elsewhere (torch's gemm runs them,
+  slower than the vector kernels: it exists to test that path anywhere).
 - ``PLUGIN_API_ONEDNN_ATTENTION_PREFETCH``: ``auto`` (default), ``l1`` or ``l2``: the cache level
   the decode kernels prefetch a request's next KV block into (``attention.prefetch_target``).
 """
@@ -101,23 +101,12 @@ class LmHeadPolicy:
     def default_for(cls, machine: str) -> LmHeadPolicy:
         """The measured default for an architecture (``platform.machine()`` spelling).
 
-        - Arm: upstream's Neoverse-V3 gate (vllm#55352): ACL's fastest bf16 kernel exists only
-          as bf16:bf16:f32, 1.6-1.9x faster from M=9 but up to 10% slower at M <= 8 with 64-96
-          threads; the gate there was N >= 64000. Not re-measured here (no Arm machine).
-        - x86 (AVX-512 BF16; AVX2 has no oneDNN bf16 kernel): the gate off, padding to 4 rows.
-          On a 2-core Zen 4, 2 threads, f32 dst + downcast took 0.93-1.07x the bf16-dst
-          kernel's time at N = 32000 and 128256, M = 1..64 (median 1.01x): oneDNN's x86 bf16
-          kernels accumulate in f32 for either dst, so the gate would only add the downcast. Its
-          4-row kernel read the weights faster than its 1-3-row ones: padded M = 1, 2, 3 took
-          0.78-0.95x the direct time at N = 32000 and 128256, fp32 and bf16 out (two
-          interleaved runs each), 0.95-1.0x at N = 28672. The bf16 GEMV at M <= 4: on a 2-core
-          Zen 5, N = 128256, K = 4096, fp32 out, in-process A/B with oneDNN's kernel on the same
-          packed weight: 1.21-1.26x oneDNN's rate at M = 1, 1.18-1.28x at M = 2 (one pair
-          1.04x), 1.04-1.15x at M = 3, 0.90-1.13x at M = 4; a second day, alternating pairs
-          of calls (median of 24 ratios per run, four runs, with the GEMV's 2 KB prefetch), the
-          GEMV took 0.91-0.95x oneDNN's time at M = 3 and 0.92-1.0x at M = 4; the same at
-          M = 5-8 (one pass, all rows; 16 ratios per M): 0.89-0.90x at M = 5, 0.87-0.92x at 6,
-          0.80-0.81x at 7, 0.83x at 8.
+        - Arm: upstream's Neoverse-V3 gate (vllm#55352): ACL's fastest bf16 kernel is
+          bf16:bf16:f32, worth it from M=9 at N >= 64000; not re-measured here (no Arm machine).
+        - x86: the gate off (oneDNN's x86 bf16 kernels accumulate in f32 for either dst), rows
+          padded to 4, and the bf16 GEMV up to 8 rows. Measurements:
+          docs/measurements/cpu-arm-acl/2026-12-03-zen4.md (gate, padding) and
+          2026-12-04-zen5.md (GEMV).
         """
         return cls(enabled=False, pad_m=4, gemv_m=8) if machine in X86 else cls()
 
@@ -133,10 +122,8 @@ class GemvPolicy:
       hardware prefetchers alone).
 
     ``default_for``: on x86, ``linear_m=8``; the prefetch only on AMD family 26 (Zen 5), where it
-    was tuned. On the Zen 4 (family 25) it halved the GEMV's read rate, and without it the GEMV
-    took 0.62-0.74x oneDNN's time on a decoder layer's linears at M = 1-8 and 0.80-0.88x on LM
-    heads at M = 1 (docs/measurements/cpu-arm-acl/2026-12-05-zen4.md). Other CPUs: unmeasured,
-    no prefetch.
+    was tuned and measured faster (docs/measurements/cpu-arm-acl/2026-12-05-zen4.md). Other
+    CPUs: no prefetch.
     """
 
     linear_m: int = 0

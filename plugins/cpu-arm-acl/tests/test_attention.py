@@ -3,7 +3,6 @@ kernels on this machine against the dense oracle for odd shapes, thread counts a
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import platform
 import shutil
@@ -137,12 +136,85 @@ def threads(request):
 
 @native
 def test_fp8_table_matches_torch():
-    lib = ext.load(ext.isa_path(read_device_info()).name)
-    ptr = ctypes.cast(lib.pa_attn_fp8_table(), ctypes.POINTER(ctypes.c_float))
-    got = torch.tensor([ptr[i] for i in range(256)])
+    got = ext.load(ext.isa_path(read_device_info()).name).ops.fp8_table()
     want = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(FP8).float()
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@native
+def test_ops_report_the_limits_they_were_built_with():
+    """The admission limits reach the C++ as definitions and come back through ``limits``; the
+    plan's tables have the columns the kernels report."""
+    kernels = ext.load(ext.isa_path(read_device_info()).name)
+    limits = kernels.limits
+    assert (limits.head_multiple, limits.max_head_size) == (ext.HEAD_MULTIPLE, ext.MAX_HEAD_SIZE)
+    assert (limits.block_multiple, limits.max_block_size) == (
+        ext.BLOCK_MULTIPLE,
+        ext.MAX_BLOCK_SIZE,
+    )
+    assert limits.vector_width in (4, 8, 16)
+    assert kernels.ops is getattr(torch.ops, ext.namespace(kernels.isa))
+    spec = spec_of(num_heads=8, num_kv_heads=2)
+    case = make_case(spec, [1, 40], [70, 40], num_decodes=1, device="cpu", seed=1)
+    plan = IMPL.plan(spec, case.batch, torch.device("cpu"), None)
+    assert plan.items.shape[1] == limits.item_fields
+    assert plan.reduce.shape[1] == limits.reduce_fields
+
+
+@native
+def test_ops_reject_bad_arguments_by_name():
+    """A direct call with a wrong tensor fails in the op with the argument's name, before any
+    kernel reads a pointer."""
+    ops = ext.load(ext.isa_path(read_device_info()).name).ops
+    spec = spec_of(num_heads=8, num_kv_heads=2)
+    case = make_case(spec, [1, 3], [20, 9], num_decodes=1, device="cpu", seed=2)
+    plan = IMPL.plan(spec, case.batch, torch.device("cpu"), None)
+    args = dict(
+        query=case.query,
+        kv_cache=case.cache.data,
+        block_table=plan.block_table,
+        seq_lens=plan.seq_lens,
+        items=plan.items,
+        reduce=plan.reduce,
+        partial_acc=plan.partial_acc,
+        partial_ml=plan.partial_ml,
+        sinks=None,
+        out=torch.empty_like(case.query),
+        scale=spec.softmax_scale,
+        k_scale=1.0,
+        v_scale=1.0,
+        causal=True,
+        window=0,
+        soft_cap=0.0,
+        matrix=False,
+        ahead_l1=False,
+    )
+    ops.forward(**args)  # as given: accepted
+    bad = {
+        "out": torch.empty(3, 8, spec.head_size, dtype=spec.dtype),
+        "sinks": torch.zeros(8, dtype=torch.float64),
+        "items": plan.items[:, :4].contiguous(),
+        "kv_cache": case.cache.data[:, :, :, :8],
+        "block_table": plan.block_table.long(),
+    }
+    for name, value in bad.items():
+        with pytest.raises(RuntimeError, match=name):
+            ops.forward(**{**args, name: value})
+    with pytest.raises(RuntimeError, match="block_size=24"):
+        ops.plan(
+            query_start_loc=case.batch.query_start_loc,
+            seq_lens=case.batch.seq_lens,
+            num_seqs=2,
+            group=4,
+            kv_heads=2,
+            block_size=24,
+            causal=True,
+            window=0,
+            num_threads=1,
+            tile_rows=64,
+            min_split_keys=512,
+        )
 
 
 # (query_lens, seq_lens, num_decodes): one-token sequences, contexts ending on a block boundary
@@ -232,18 +304,21 @@ COMPILERS = {"x86_64": "g++", "aarch64": "aarch64-linux-gnu-g++"}
 
 @pytest.mark.parametrize("isa", ext.ISA_PATHS, ids=[i.name for i in ext.ISA_PATHS])
 def test_every_isa_variant_compiles(isa):
-    """Type-checks the source as each variant is compiled (no code generation: seconds).
+    """Type-checks every source as each variant is compiled (no code generation: seconds).
     The aarch64 variant needs a cross compiler (Debian: g++-aarch64-linux-gnu)."""
     arch = "aarch64" if "aarch64" in isa.machines else "x86_64"
     cxx = COMPILERS[arch] if arch != platform.machine() else "g++"
     if shutil.which(cxx) is None:
         pytest.skip(f"no {cxx} to compile the {isa.name} variant with")
     includes = [f"-isystem{p}" for p in include_paths()] + [f"-I{ext.CSRC}"]
-    cmd = [cxx, "-std=c++17", "-fsyntax-only", *ext.COMMON_CFLAGS, *isa.cflags, *includes]
-    done = subprocess.run(
-        [*cmd, str(ext.CSRC / "attention.cpp")], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    cmd = [cxx, "-std=c++17", "-fsyntax-only", *ext.cflags(isa), *includes]
+    runs = {
+        source: subprocess.Popen([*cmd, str(ext.CSRC / source)], stderr=subprocess.PIPE, text=True)
+        for source in ext.SOURCES
+    }
+    for source, run in runs.items():
+        _, err = run.communicate()
+        assert run.returncode == 0, f"{source}: {err[-3000:]}"
 
 
 # ---- the matrix layout: prefill tiles as bf16 GEMMs through torch's cpublas::brgemm ------------

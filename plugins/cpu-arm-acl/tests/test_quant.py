@@ -184,11 +184,11 @@ def test_a_nan_makes_its_group_scale_nan_like_the_reference(onednn_backend, in_d
 )
 def test_the_decision_names_the_vector_path(drop, want):
     """The reason shown by doctor names the kernel's widest path for that CPU (an x86 host
-    without AVX-512 runs the 8-lane path only); Arm runs the scalar C++."""
+    without AVX-512 runs the 8-lane path only); Arm runs the NEON path."""
     spec = QuantSpec(k=1024, in_dtype=torch.bfloat16, group_size=128, dtype=torch.int8)
     x86 = MACHINES["xeon-cpu"]
     info = replace(x86, cpu_flags=x86.cpu_flags - set(drop))
     reason = " ".join(NativeGroupQuant().supports(spec, info).reasons)
     assert reason.startswith(want + " ")
     arm = " ".join(NativeGroupQuant().supports(spec, MACHINES["graviton4"]).reasons)
-    assert arm.startswith("scalar C++")
+    assert arm.startswith("NEON ")

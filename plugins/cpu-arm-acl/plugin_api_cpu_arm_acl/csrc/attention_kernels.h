@@ -18,8 +18,8 @@ namespace pa_attn {
 
 // Fully unroll loops over register tiles early, so that the tile arrays live in registers.
 #define PA_UNROLL _Pragma("GCC unroll 16")
-// The tile kernels go inline into their row loops: left as calls (gcc's choice at -O3), one
-// thread of the 16 x 4k decode ran 53-61 ms; inlined, 37-44 ms in three of four runs.
+// The tile kernels go inline into their row loops (gcc leaves them as calls at -O3, measurably
+// slower).
 #define PA_TILE __attribute__((always_inline)) inline
 #define PA_TILE_LAMBDA __attribute__((always_inline))
 
@@ -103,10 +103,9 @@ inline void qk_dot_rows(const QT* q, const KT* k, int64_t D, int j0, int j1, flo
   int j = j0;
   for (; j + NT <= j1; j += NT) {
     if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
-    // this block's K rows two tiles ahead, from L2 into L1, on AVX-512 builds: the cold decode
-    // on the Zen 4 took 0.94-0.96x the time at batch 8-16 (1.03-1.09x for one thread with the
-    // KV in cache); on the Zen 3 (AVX2) the same prefetches cost 1.03-1.04x at batch 1-16.
-    // Not when the next block's prefetches go to L1 already (l1).
+    // this block's K rows two tiles ahead, from L2 into L1, on AVX-512 builds (measured faster
+    // there, slower on AVX2: docs/measurements/cpu-arm-acl/2026-12-03-zen4.md); not when the next block's prefetches go
+    // to L1 already (l1)
     if constexpr (kV >= 16)
       if (!l1 && j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);
     qk_dot_tile<MR, NT>(q, k, D, j, s, lds);
@@ -266,13 +265,11 @@ struct VRows {
   int bs;
 };
 
-// Blocks of a dot-layout run at most (attention.cpp's kRunKeys over the smallest block, 16).
+// Blocks of a dot-layout run at most (attention_item.h's kRunKeys over the smallest block, 16).
 constexpr int kMaxRunBlocks = 8;
 
 // Cache lines to prefetch, handed out a few per P.V step: the P.V of a run takes the next run's
-// V rows this way, so that the memory keeps streaming while P.V computes. (Prefetched with the
-// next block's K in the score loop instead, they all went out before the softmax and the memory
-// sat idle during P.V: on the Zen 4, cold, the same decode without its P.V took 0.77x the time.)
+// V rows this way, so that the memory keeps streaming while P.V computes.
 struct LineQueue {
   bool l1 = false;  // into L1 rather than L2 (see prefetch)
   const char* chunk[kMaxRunBlocks] = {};
@@ -362,8 +359,7 @@ PA_TILE void pv_tile(const float* p, int64_t prs, int64_t pts, VRows<VT> vr, int
 }
 
 // Vectors per P.V tile for MR rows: MR * NV + NV + 1 registers, as in qk_dot_rows; AVX-512's 32
-// fit NV = 4 at every MR (A/B on the Zen 4: 0.92-0.98x the time of NV = 2 at 4 rows; wider score
-// tiles were slower there).
+// fit NV = 4 at every MR.
 constexpr int pv_width(int MR) { return MR >= 3 && kV < 16 ? 2 : 4; }
 
 // The pv_tile calls pv_rows makes for MR rows: whole tiles of pv_width(MR), then pairs, then
@@ -411,9 +407,7 @@ inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int
 // row and run. P is then rounded to bf16 (as the Triton kernels round p to the model dtype for
 // their P.V dot) as key pairs: word [j / 2][r] holds (P[r][j], P[r][j + 1]), the broadcast
 // operand of vdpbf16ps, which does 16 lanes x 2 keys where fp32 would widen V and issue two FMAs.
-// (Row-wise, the softmax took a quarter of the decode's compute on the Zen 5 and storing the
-// score tiles' sums one float at a time another tenth.) The P.V accumulator keeps load_pair's
-// pair order.
+// The P.V accumulator keeps load_pair's pair order.
 
 // out lane 4 * L + h = the sum of the lanes of v[4 * h + L]: 16 reductions in 45 operations.
 PA_TILE __m512 reduce_add_16(const __m512 (&v)[16]) {
@@ -484,7 +478,7 @@ inline void qk_bf16_rows(const c10::BFloat16* q, const c10::BFloat16* k, int64_t
   int j = j0;
   for (; j + NT <= j1; j += NT) {
     if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
-    // see qk_dot_rows (redundant when the next block came to L1: 0.96-0.97x the time without)
+    // see qk_dot_rows
     if (!l1 && j + 3 * NT <= j1) prefetch_l1(k + (j + 2 * NT) * D, NT * D * elt);
     qk_bf16_tile<MR, NT>(q, k, D, j, st, ldt);
   }

@@ -145,10 +145,8 @@ inline float reduce_max(const Vec& v) {
 
 // Asks for `bytes` starting at p to be brought into L2, or into L1 with `l1` (the next K or V
 // block of a request lives at an unrelated address, out of the hardware prefetcher's sight).
-// Which one is faster depends on the CPU: on the Zen 4 the next block's prefetches into L1 took
-// 1.08-1.38x the time of L2 (cold decode, all three x86 builds), non-temporal ones 1.12-1.19x;
-// on the Zen 5, L1 took 0.82-0.85x the time of L2 (batch 8-16 x 4k). attention.py's
-// `prefetch_target` chooses per call (pa_attn_forward's ahead_l1).
+// Which one is faster depends on the CPU (docs/measurements/cpu-arm-acl/2026-12-04-zen5.md); attention.py's
+// `prefetch_target` chooses per call (the forward op's ahead_l1).
 inline void prefetch(const void* p, int64_t bytes, bool l1 = false) {
   const char* c = static_cast<const char*>(p);
   if (l1)

@@ -1,8 +1,12 @@
 // Per-token-group quantization, bit-exact with docs/ops.md: for each group,
 // a = max(max|x|, eps); s = a / qmax (IEEE fp32 division), optionally rounded up to a power of
 // two; int8: q = clamp(round_half_even(x / s), -128, 127); fp8 e4m3fn: q = rne(clamp(x / s,
-// -448, 448)). The AVX-512, AVX2 and scalar paths do the same fp32 operations in the same order.
+// -448, 448)). The AVX-512, AVX2, NEON and scalar paths do the same fp32 operations in the same
+// order. Needs no torch: tests/group_quant_driver.cpp includes this file to compare the NEON path
+// with the scalar one (PA_GROUP_QUANT_SCALAR) under qemu-aarch64.
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +16,9 @@
 
 #include "kernels.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(PA_GROUP_QUANT_SCALAR)
+// the scalar path only (the reference the NEON path is checked against)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define PA_AVX2 1
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -21,6 +27,9 @@
 #define PA_AVX512_VBMI 1  // bf16 input: one byte permute restores the order of 64 codes
 #endif
 #endif
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define PA_NEON 1  // 8 lanes a step (two vectors of 4); the scalar code takes the rest
 #endif
 
 namespace pa_onednn {
@@ -118,8 +127,8 @@ inline __m256i e4m3_8(__m256 y) {  // e4m3_one on 8 lanes
   const __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, 20), _mm256_set1_epi32(120 << 3));
   const __m256 af = _mm256_castsi256_ps(a);
   const __m256 tiny = _mm256_cmp_ps(af, _mm256_set1_ps(0.015625f), _CMP_LT_OQ);
-  // lanes below 2^-6 are rare in real data (a 1e-4 tail of Gaussian values): only vectors that
-  // have one pay for the fixed-point path (8-9% of the fp8 quant's time)
+  // lanes below 2^-6 are rare in real data: only vectors that have one pay for the fixed-point
+  // path
   if (_mm256_movemask_ps(tiny) == 0) return _mm256_or_si256(normal, sign);
   const __m256i sub = _mm256_cvtps_epi32(_mm256_mul_ps(af, _mm256_set1_ps(512.0f)));  // RNE
   const __m256i code = _mm256_blendv_epi8(normal, sub, _mm256_castps_si256(tiny));
@@ -207,8 +216,7 @@ inline __m512i e4m3_16(__m512 y) {  // e4m3_8 on 16 lanes
 }
 
 // e4m3_normal_8 on 16 lanes, with mask registers where the 8-lane one shifts: the rounding bit
-// by a test, the sign by a compare, each added under its mask (one shift instead of three: 0.95x
-// the fp8 time, hot, one thread)
+// by a test, the sign by a compare, each added under its mask (one shift instead of three)
 inline __m512i e4m3_normal_16(__m512 y) {
   const __m512i b = _mm512_castps_si512(y);
   const __mmask16 odd = _mm512_test_epi32_mask(b, _mm512_set1_epi32(1 << 20));
@@ -274,6 +282,72 @@ constexpr ByteOrder interleave_order() {
 alignas(64) constexpr ByteOrder kInterleave = interleave_order();
 #endif
 
+#ifdef PA_NEON
+// |bits| of 16-bit floats (bf16, fp16) order like their magnitudes, NaN above inf: the largest
+// of the n 16-bit words at p with the sign cleared (n a multiple of 8).
+inline uint16_t abs_max_bits16(const uint16_t* p, int64_t n) {
+  const uint16x8_t abs = vdupq_n_u16(0x7fff);
+  uint16x8_t m = vdupq_n_u16(0);
+  for (int64_t i = 0; i < n; i += 8) m = vmaxq_u16(m, vandq_u16(vld1q_u16(p + i), abs));
+  return vmaxvq_u16(m);
+}
+
+// The same for fp32 words (n a multiple of 8).
+inline uint32_t abs_max_bits32(const float* p, int64_t n) {
+  const uint32x4_t abs = vdupq_n_u32(0x7fffffff);
+  uint32x4_t m0 = vdupq_n_u32(0), m1 = vdupq_n_u32(0);
+  for (int64_t i = 0; i < n; i += 8) {
+    m0 = vmaxq_u32(m0, vandq_u32(vreinterpretq_u32_f32(vld1q_f32(p + i)), abs));
+    m1 = vmaxq_u32(m1, vandq_u32(vreinterpretq_u32_f32(vld1q_f32(p + i + 4)), abs));
+  }
+  return vmaxvq_u32(vmaxq_u32(m0, m1));
+}
+
+// 8 elements at x[i] as two fp32 vectors (exact conversions, fp16 subnormals included).
+template <int64_t DT>
+inline void load8_neon(const void* x, int64_t i, float32x4_t& lo, float32x4_t& hi) {
+  if constexpr (DT == kF32) {
+    lo = vld1q_f32(static_cast<const float*>(x) + i);
+    hi = vld1q_f32(static_cast<const float*>(x) + i + 4);
+  } else {
+    const uint16x8_t h = vld1q_u16(static_cast<const uint16_t*>(x) + i);
+    if constexpr (DT == kBF16) {
+      lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+      hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    } else {
+      const float16x8_t f = vreinterpretq_f16_u16(h);
+      lo = vcvt_f32_f16(vget_low_f16(f));
+      hi = vcvt_high_f32_f16(f);
+    }
+  }
+}
+
+// quant_one on 4 lanes: the code of each quotient y as an int32 (its low byte is the code).
+template <bool FP8>
+inline int32x4_t code4_neon(float32x4_t y) {
+  const uint32x4_t nan = vmvnq_u32(vceqq_f32(y, y));
+  const uint32x4_t sign_byte = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(y), 24), vdupq_n_u32(0x80));
+  if constexpr (FP8) {  // e4m3_one of the clamped quotient; NaN lanes get nan_code's 0x7f | sign
+    const float32x4_t c = vminq_f32(vmaxq_f32(y, vdupq_n_f32(-448.0f)), vdupq_n_f32(448.0f));
+    const uint32x4_t a = vandq_u32(vreinterpretq_u32_f32(c), vdupq_n_u32(0x7fffffff));
+    const uint32x4_t sign = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(c), 24), vdupq_n_u32(0x80));
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(a, 20), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(a, vaddq_u32(vdupq_n_u32(0x7ffff), odd));
+    const uint32x4_t normal = vsubq_u32(vshrq_n_u32(r, 20), vdupq_n_u32(120 << 3));
+    const float32x4_t af = vreinterpretq_f32_u32(a);
+    const uint32x4_t tiny = vcltq_f32(af, vdupq_n_f32(0.015625f));
+    // below 2^-6: the RNE integer of |y| * 512 (exact product), as e4m3_one's nearbyint
+    const uint32x4_t sub = vreinterpretq_u32_s32(vcvtnq_s32_f32(vmulq_f32(af, vdupq_n_f32(512.0f))));
+    const uint32x4_t code = vorrq_u32(vbslq_u32(tiny, sub, normal), sign);
+    return vreinterpretq_s32_u32(vbslq_u32(nan, vorrq_u32(sign_byte, vdupq_n_u32(0x7f)), code));
+  } else {  // clamp then round half to even (equal to round then clamp: both monotone); NaN: 0
+    (void)sign_byte;
+    const float32x4_t c = vminq_f32(vmaxq_f32(y, vdupq_n_f32(-128.0f)), vdupq_n_f32(127.0f));
+    return vreinterpretq_s32_u32(vbicq_u32(vreinterpretq_u32_s32(vcvtnq_s32_f32(c)), nan));
+  }
+}
+#endif
+
 // What a group's codes need from its first pass over the group: the scale and which
 // conversion is exact for it.
 struct GroupPlan {
@@ -295,8 +369,7 @@ GroupPlan plan_group(const void* x, int64_t begin, int64_t len, float eps, bool 
   const __m256i abs_bits = _mm256_set1_epi32(0x7fffffff);
   __m256i vmax0 = _mm256_setzero_si256(), vmax1 = _mm256_setzero_si256();
   // fp8 also wants the abs-min: a group whose smallest quotient is normal in e4m3 (nearly all)
-  // skips the per-vector test for the fixed-point range (with the cheaper conversion below: 4%
-  // of the fp8 time in an in-process A/B, bit-equal)
+  // skips the per-vector test for the fixed-point range (and takes the cheaper conversion)
   __m256i vmin = _mm256_set1_epi32(-1);
 #ifdef PA_AVX512
   {
@@ -356,6 +429,17 @@ GroupPlan plan_group(const void* x, int64_t begin, int64_t len, float eps, bool 
   amax = bits_to_f32(reduce_max_epu32(_mm256_max_epu32(vmax0, vmax1)));
   // over the elements the vector loop of emit_group converts; int8 has no use for it
   const uint32_t amin_bits = FP8 ? reduce_min_epu32(vmin) : 0xffffffffu;
+#elif defined(PA_NEON)
+  // the abs-max as integers, as the AVX2 path (NaN included, as the scalar loop keeps it)
+  i = len / 8 * 8;
+  if (i > 0) {
+    if constexpr (DT == kF32) {
+      amax = bits_to_f32(abs_max_bits32(static_cast<const float*>(x) + begin, i));
+    } else {
+      const uint16_t h = abs_max_bits16(static_cast<const uint16_t*>(x) + begin, i);
+      amax = DT == kBF16 ? bits_to_f32(static_cast<uint32_t>(h) << 16) : half_to_f32(h);
+    }
+  }
 #endif
   for (; i < len; ++i) {  // NaN sticks, as above
     const float a = std::fabs(load_one(x, DT, begin + i));
@@ -365,8 +449,8 @@ GroupPlan plan_group(const void* x, int64_t begin, int64_t len, float eps, bool 
   plan.s = group_scale(amax, eps, qmax, ue8m0);
 #ifdef PA_AVX2
   // A finite group with a normal scale has |x / s| <= qmax (1 + 2^-23): the conversion rounds
-  // that to qmax in both formats, so the clamp can only matter elsewhere and is skipped (4-7% of
-  // the int8 time, 12% of fp8). A subnormal s carries a large relative error, so the quotient
+  // that to qmax in both formats, so the clamp can only matter elsewhere and is skipped. A
+  // subnormal s carries a large relative error, so the quotient
   // could pass qmax there: that and non-finite groups keep the clamp.
   plan.in_range = std::isfinite(amax) && plan.s >= 0x1p-126f;
   // every quotient of the vector loop is RN(x / s) >= RN(amin / s) (monotone): none is in fp8's
@@ -440,8 +524,7 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
 #ifdef PA_AVX512_VBMI
     if constexpr (DT == kBF16) {
       // 64 elements from two loads split into even and odd lanes, their codes packed to bytes
-      // and put back in order by one permute, one 64-byte store (0.93x the time of the
-      // widening loads and a narrowing store per 16 lanes, hot, one thread, int8 and fp8)
+      // and put back in order by one permute, one 64-byte store
       const __m512i order = _mm512_load_si512(kInterleave.idx);
       const uint16_t* xb = static_cast<const uint16_t*>(x) + begin;
       for (; i + 64 <= len; i += 64) {
@@ -456,10 +539,8 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
     }
 #endif
     // fp8 from fp16 / fp32 (and bf16 without VBMI): 64 codes (all in [0, 255]) to bytes by two
-    // packs and one lane fix-up, one 64-byte store (with the single-division all_normal test:
-    // 0.86x the time at group 128, 0.91x at 64 on the Zen 4, hot, one thread). int8 keeps the
-    // saturating narrow of 16 lanes (its lanes are in [-128, 127], saturation never acts): the
-    // packs gained nothing there.
+    // packs and one lane fix-up, one 64-byte store. int8 keeps the saturating narrow of 16 lanes
+    // (its lanes are in [-128, 127], saturation never acts).
     if constexpr (FP8) {
       const __m512i order =
           _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -480,6 +561,18 @@ void emit_group(const void* x, int64_t begin, int64_t len, const GroupPlan& plan
   for (; i + 32 <= len; i += 32)
     store32_bytes(code8(i), code8(i + 8), code8(i + 16), code8(i + 24), FP8, q + begin + i);
   for (; i + 8 <= len; i += 8) store8_low_bytes(code8(i), q + begin + i);
+#elif defined(PA_NEON)
+  (void)stream;
+  const float32x4_t vs = vdupq_n_f32(s);
+  for (; i + 8 <= len; i += 8) {
+    float32x4_t lo, hi;
+    load8_neon<DT>(x, begin + i, lo, hi);
+    const int32x4_t c0 = code4_neon<FP8>(vdivq_f32(lo, vs));  // IEEE division
+    const int32x4_t c1 = code4_neon<FP8>(vdivq_f32(hi, vs));
+    const uint16x8_t h = vcombine_u16(vmovn_u32(vreinterpretq_u32_s32(c0)),
+                                      vmovn_u32(vreinterpretq_u32_s32(c1)));
+    vst1_u8(q + begin + i, vmovn_u16(h));  // the low byte of each code
+  }
 #else
   (void)stream;
 #endif
@@ -519,8 +612,7 @@ inline __m512i reduce_16_epu16(const __m512i (&v)[16]) {
 // plan_group for 16 consecutive bf16 groups of a multiple of 32 elements: the abs-max (and for
 // fp8 the abs-min, over all of a group: emit_group converts every element in vector loops) of
 // each group in 16-bit lanes, reduced together, then the scales and range tests in one vector
-// each. Planned one by one, the groups spent a third of the fp8 time on this serial path (fp8,
-// group 128, in cache: plans alone 0.10 ns per element, codes alone 0.17, both 0.29).
+// each, so that planning does not dominate the serial path of a group at a time.
 template <bool FP8>
 void plan_16_bf16(const uint16_t* x, int64_t group, float eps, bool ue8m0, GroupPlan* plans) {
   __m512i hmax[16], hmin[16];
@@ -631,20 +723,14 @@ void plan_8_bf16(const uint16_t* x, int64_t group, float eps, bool ue8m0, GroupP
 // thread busy, as per-token scales of a decode step have): plan_16_bf16 (AVX-512 VBMI) or
 // plan_8_bf16 (other x86 builds) plans a batch together where it serves it (the codes follow,
 // with the next batch's input prefetched meanwhile), else plan_group plans each group in turn.
-// In-process A/B, (4096, 7168) bf16, against the batch planned by plan_group: on the Zen 4
-// (plan_16_bf16), group 128, two threads, cold, fp8 0.87-0.88x the time, int8 0.95-0.99x; one
-// thread in cache 0.84-0.86x; group 64 0.91-0.93x. On the Zen 3 (AVX2, plan_8_bf16), two
-// threads, cold: group 128 int8 0.91x, fp8 0.88-0.89x, ue8m0 0.82x / 0.86x; group 64 0.85x /
-// 0.84-0.86x; one thread in cache 0.79-0.84x / 0.89x.
+// Measured: docs/measurements/cpu-arm-acl/2026-12-03-zen4.md, 2026-12-03-zen3.md.
 constexpr int64_t kPlanBatch = 16;
 
 // Where a thread's scales go. Row-major: straight to scales[row, g]. Column-major (s_row == 1):
 // a row's scales fall in `groups` different lines, so each scale was a store to a line the
 // stream of codes had pushed out of L1. The scales of a band of 16 rows (a 64-byte line per
-// group) are gathered here and written as runs, whole lines streamed when the codes are.
-// Zen 5, (4096, 7168) bf16 -> int8, group 128, two threads, cold, fast memory state: row-major
-// 1.2 ms; column-major 1.5 ms before, 1.2 ms with the scale stores left out (a trial), 1.32-1.41
-// ms with bands copied, 1.25-1.29 ms with bands streamed (fp8: 1.84-1.89 -> 1.79-1.81 ms).
+// group) are gathered here and written as runs, whole lines streamed when the codes are
+// (measured: docs/measurements/cpu-arm-acl/2026-12-04-zen5.md).
 class ScaleSink {
  public:
   ScaleSink(float* scales, int64_t s_row, int64_t s_col, int64_t groups, bool stream)
@@ -734,8 +820,8 @@ void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, b
 #endif
       for (; planned < n; ++planned)
         plans[planned] = plan_group<DT, FP8>(x, (t0 + planned) * group, group, eps, ue8m0);
-      // the next batch's input, a group's worth per group converted: planned from memory
-      // without it, the batches ran cold at 1.3-1.4x the time
+      // the next batch's input, a group's worth per group converted, so that the next batch is
+      // not planned from memory
       const char* next = static_cast<const char*>(x) + (t0 + n) * group_bytes;
       for (int64_t b = 0; b < n; ++b) {
         const int64_t t = t0 + b;
@@ -755,6 +841,18 @@ void quant_rows(const void* x, int64_t m, int64_t k, int64_t group, float eps, b
 
 }  // namespace
 
+const char* group_quant_isa() {
+#if defined(PA_AVX512)
+  return "avx512";
+#elif defined(PA_AVX2)
+  return "avx2";
+#elif defined(PA_NEON)
+  return "neon";
+#else
+  return "scalar";
+#endif
+}
+
 void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t group, bool fp8,
                  float eps, bool ue8m0, bool stream, void* q, float* scales, int64_t s_row,
                  int64_t s_col, int64_t threads) {
@@ -762,7 +860,11 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
   auto* out = static_cast<uint8_t*>(q);
   // no more threads than groups: a decode step's single row must not wake (and wait for) idle
   // threads, which costs more than the row itself
+#ifdef _OPENMP
   const int64_t want = threads > 0 ? threads : omp_get_max_threads();
+#else
+  const int64_t want = 1;  // built without OpenMP (the emulated-Arm test's driver): one thread
+#endif
   const int64_t batch = std::clamp<int64_t>(total / std::max<int64_t>(want, 1), 1, kPlanBatch);
   const int nthr =
       static_cast<int>(std::max<int64_t>(1, std::min(want, (total + batch - 1) / batch)));

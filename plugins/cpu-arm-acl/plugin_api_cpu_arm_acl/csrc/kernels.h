@@ -49,6 +49,8 @@ std::string onednn_version();
 void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t group, bool fp8,
                  float eps, bool ue8m0, bool stream, void* q, float* scales, int64_t s_row,
                  int64_t s_col, int64_t threads);
+// The vector path group_quant was compiled with: "avx512", "avx2", "neon" or "scalar".
+const char* group_quant_isa();
 
 // Panel GEMMs (panel_gemm.cpp) for CPUs where oneDNN has no fitting kernel: bf16/fp16 weights
 // kept 16-bit and widened to fp32 in registers (fp32 accumulation), and exact int8 (int32
