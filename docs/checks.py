@@ -21,7 +21,10 @@ mistakes. What is checked, per Markdown file under ``docs/`` plus ``README.md``:
 Info-string words after the language are flags: ``runnable`` (executed by the tests, shell
 ones in order in one ``bash`` against stub CLIs; see ``run_shell``), ``pins``, and
 ``file=PATH`` (the block is an excerpt of that repository file and must appear in it verbatim,
-so a guide cannot drift from the code it quotes).
+so a guide cannot drift from the code it quotes). ``plugin=PATH`` marks a block as the whole file
+PATH of the plugin that docs/writing-a-plugin.md writes out in full; a Python one is compiled
+here like any other, and ``tests/test_plugin_guide_example.py`` installs the plugin built from
+these blocks and runs the conformance kit on it.
 """
 
 from __future__ import annotations

@@ -169,15 +169,19 @@ class Backend:
                 reasons=tuple(c.reason for c in r.trace),
             )
         if r.provenance.fallback:
+            p = r.provenance
+            if self.strict:  # nothing fell back: say what was refused
+                raise FallbackRefused(
+                    f"{family}: backend {self.id!r} does not support {describe(spec)}; "
+                    f"refused the fallback to {p.impl} ({p.path}) of backend {p.backend!r}: "
+                    f"PLUGIN_API_STRICT=1 forbids fallbacks.\n{r.trace_text()}",
+                    backend=self.id,
+                )
             msg = (
                 f"{family}: backend {self.id!r} does not support {describe(spec)}; falling back "
-                f"to {r.provenance.impl} ({r.provenance.path}).\n{r.trace_text()}"
+                f"to {p.impl} ({p.path}).\n{r.trace_text()}"
             )
-            if self.strict:
-                raise FallbackRefused(
-                    msg + "\nPLUGIN_API_STRICT=1 forbids fallbacks.", backend=self.id
-                )
-            key = (family, r.provenance.impl)
+            key = (family, p.impl)
             if key not in self._warned:
                 self._warned.add(key)
                 warnings.warn(msg, PluginApiWarning, stacklevel=3)

@@ -48,3 +48,8 @@ class FallbackRefused(PluginApiError):
 
 class UnsupportedSpec(PluginApiError, ValueError):
     """No implementation accepts this op configuration; ``reasons`` holds one line per candidate."""
+
+
+class ImplementationError(PluginApiError, RuntimeError):
+    """An implementation broke the op contract during a call (a plugin bug, not bad input):
+    for example it rebound an output tensor to other memory, dtype, shape or strides."""

@@ -254,18 +254,28 @@ class _Task:
     result: Any = None
     error: BaseException | None = None
     tb: str = ""
-    seconds: float = 0.0
+    done_seconds: float | None = None
+    started: float | None = None
     thread: threading.Thread | None = None
 
+    @property
+    def seconds(self) -> float:
+        """How long it took, or, still running (hung), how long it has run so far: the time a
+        process start lost to it."""
+        if self.done_seconds is not None:
+            return self.done_seconds
+        return 0.0 if self.started is None else time.perf_counter() - self.started
+
     def run(self) -> None:
-        started = time.perf_counter()
+        if self.started is None:
+            self.started = time.perf_counter()
         try:
             self.result = self.fn()
         except BaseException as e:  # a plugin's bug, recorded with its traceback
             self.error = e
             self.tb = traceback.format_exc()
         finally:
-            self.seconds = time.perf_counter() - started
+            self.done_seconds = time.perf_counter() - self.started
 
     def failure(self, timeout: float) -> Failure | None:
         """None on success; the stage is filled in by the caller, who knows it."""
@@ -286,6 +296,7 @@ def _run_bounded(tasks: Sequence[_Task], timeout: float) -> None:
     the process (its daemon thread is abandoned)."""
     for task in tasks:
         task.thread = threading.Thread(target=task.run, daemon=True, name="plugin-api-load")
+        task.started = time.perf_counter()
         task.thread.start()
     deadline = time.monotonic() + timeout
     for task in tasks:

@@ -161,6 +161,10 @@ def select(records: Sequence[PluginRecord], settings: Settings, info: DeviceInfo
     return _selection(ref, records, {}, "auto: no plugin is validated here", notes, settings)
 
 
+def experimental_note(backend_id: str) -> str:
+    return f"{backend_id} is experimental on this machine (runs, not validated)"
+
+
 def _select_named(
     records: Sequence[PluginRecord], by_id: dict[str, PluginRecord], settings: Settings
 ) -> Selection:
@@ -193,7 +197,7 @@ def _select_named(
         )
     notes = []
     if rec.state == Status.EXPERIMENTAL.value:
-        notes.append(f"{want} is experimental on this machine (runs, not validated)")
+        notes.append(experimental_note(want))
     why = {r.id: "not requested (PLUGIN_API_BACKEND)" for r in records if r is not rec}
     return _selection(rec, records, why, "PLUGIN_API_BACKEND", notes, settings)
 
@@ -269,15 +273,51 @@ def process_selection() -> LoadedSelection:
         if _process_selection is None:
             settings = read_settings()
             if settings.selection_json is not None:
-                _process_selection = _reuse(settings)
+                loaded = _reuse(settings)
             else:
-                _process_selection = load_and_select(settings)
-            # the process that selected warns; workers reusing its choice stay quiet
-            notes = () if _process_selection.reused else _process_selection.selection.notes
-            for note in notes:
-                if "experimental" in note and _process_selection.selection.backend in note:
-                    warnings.warn(note, PluginApiWarning, stacklevel=3)
+                loaded = load_and_select(settings)
+                # the process that selected warns; workers reusing its choice stay quiet
+                _announce(loaded)
+            _process_selection = loaded
         return _process_selection
+
+
+def passed_over(loaded: LoadedSelection) -> tuple[PluginRecord, ...]:
+    """Plugins that automatic selection could not consider because they failed to load, probe
+    or conform (an excluded plugin is the user's choice, not a failure)."""
+    if loaded.settings.backend is not None:
+        return ()
+    return tuple(r for r in loaded.registry.records if r.failure is not None)
+
+
+def _announce(loaded: LoadedSelection) -> None:
+    """Once per process: plugins automatic selection passed over (an error under
+    ``PLUGIN_API_STRICT=1``), and a chosen backend that is only experimental here."""
+    failed = passed_over(loaded)
+    lines = [
+        f"plugin {r.id!r} ({r.distribution} {r.version}) failed at stage "
+        f"{r.failure.stage} after {r.seconds:.2f} s: {r.failure.message}"
+        for r in failed
+        if r.failure is not None
+    ]
+    if lines and loaded.settings.strict:
+        raise SelectionError(
+            "automatic selection would pass over plugins that failed, and PLUGIN_API_STRICT=1 "
+            "refuses that:\n"
+            + "\n".join(f"  - {line}" for line in lines)
+            + "\nFix or uninstall them, leave them out with PLUGIN_API_PLUGINS, or name the "
+            "backend with PLUGIN_API_BACKEND.",
+            reasons=tuple(lines),
+        )
+    for line in lines:
+        warnings.warn(
+            f"{line}; automatic selection passed it over (plugin-api doctor shows why)",
+            PluginApiWarning,
+            stacklevel=4,
+        )
+    sel = loaded.selection
+    if sel.status == Status.EXPERIMENTAL:
+        warnings.warn(experimental_note(sel.backend), PluginApiWarning, stacklevel=4)
 
 
 def _reuse(settings: Settings) -> LoadedSelection:

@@ -101,15 +101,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..backend import backend_for, process_backend
+    """Exit codes as ``pytest --plugin-api-backend=ID``: 0 passed, 1 a case failed,
+    ``BACKEND_UNUSABLE`` (4) the backend cannot be checked here, else pytest's own code."""
+    from ..backend import process_backend
+    from ..conformance.plugin import BACKEND_UNUSABLE, kit_backend
     from .check import results_dict, results_text, run_kit
 
-    backend = backend_for(args.backend) if args.backend else process_backend()
-    code, results = run_kit(backend.id, progress=not args.json)
+    try:
+        named = args.backend or read_settings().backend  # --backend, else PLUGIN_API_BACKEND
+        backend = kit_backend(named) if named else process_backend()
+    except PluginApiError as e:  # KitBackendUnusable, or no backend to select automatically
+        message = (str(e).splitlines() or [type(e).__name__])[0]
+        if args.json:
+            error = {"type": type(e).__name__, "message": message}
+            print(json.dumps({"error": error, "exit_code": BACKEND_UNUSABLE}, indent=2))
+        else:
+            print(f"plugin-api check: error: {message}", file=sys.stderr)
+        return BACKEND_UNUSABLE
+    code, results = run_kit(backend.id, progress=not args.json, seed=args.seed)
     data = results_dict(backend.id, code, results)
     data["ops"] = ops_report(backend)
     _emit(args, data, results_text(data))
-    return 0 if code == 0 else 1
+    return code
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -146,8 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also run the --quick benchmark on the chosen backend and summarise it",
     )
-    verb("check", cmd_check, "run the conformance kit against the selected backend").add_argument(
+    check = verb("check", cmd_check, "run the conformance kit against the selected backend")
+    check.add_argument(
         "--backend", metavar="ID", help="check this backend instead of the selected one"
+    )
+    check.add_argument(
+        "--seed", metavar="N", type=int, help="seed of the sampled GEMM cases (repeats a run)"
     )
     bench_help = "benchmark the ops against ceilings and baselines (docs/benchmarks.md)"
     bench = sub.add_parser("bench", help=bench_help, description=bench_help)

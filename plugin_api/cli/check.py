@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ..conformance.plugin import KIT_DIR, OPTION
+from ..conformance.plugin import KIT_DIR, OPTION, SEED_OPTION, kit_seed
 
 
 @dataclass
@@ -23,6 +23,7 @@ class KitResults:
     failures: list[dict[str, str]] = field(default_factory=list)
     skips: Counter[str] = field(default_factory=Counter)
     paths: dict[str, dict[str, int]] = field(default_factory=dict)
+    seed: int | None = None  # the sampled cases' seed (``--plugin-api-seed`` repeats them)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.total = len(items)
@@ -40,6 +41,7 @@ class KitResults:
             self._draw()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.seed = kit_seed(session.config)
         cov = session.config.pluginmanager.get_plugin("plugin-api-coverage")
         if cov is not None:
             self.paths = {f: dict(c) for f, c in cov.paths.items()}
@@ -66,7 +68,11 @@ def _last_line(report: pytest.TestReport) -> str:
     return (errors[0] if errors else text[-1] if text else "failed")[:300]
 
 
-def run_kit(backend_id: str, *, progress: bool = True) -> tuple[int, KitResults]:
+def run_kit(
+    backend_id: str, *, progress: bool = True, seed: int | None = None
+) -> tuple[int, KitResults]:
+    """Run the kit in this process; the exit code is pytest's, as
+    ``pytest --plugin-api-backend=ID`` would return it (see ``conformance.plugin``)."""
     results = KitResults(show_progress=progress)
     # Our own output replaces pytest's; the caller's ini options must not leak in.
     args = [
@@ -81,6 +87,8 @@ def run_kit(backend_id: str, *, progress: bool = True) -> tuple[int, KitResults]
         "--import-mode=importlib",
         f"--rootdir={KIT_DIR}",
     ]
+    if seed is not None:
+        args.append(f"{SEED_OPTION}={seed}")
     code = pytest.main(args, plugins=[results])
     return int(code), results
 
@@ -94,6 +102,7 @@ def results_dict(backend_id: str, code: int, r: KitResults) -> dict[str, Any]:
         "paths": r.paths,
         "failures": r.failures,
         "skip_reasons": dict(r.skips),
+        "seed": r.seed,
     }
 
 
@@ -110,5 +119,9 @@ def results_text(data: dict[str, Any]) -> str:
         lines.append(f"  skipped x{n}: {reason}")
     for fail in data["failures"]:
         lines.append(f"  FAILED {fail['test']}: {fail['error']}")
+    if data["failures"] and data.get("seed") is not None:
+        lines.append(
+            f"  sampled cases drawn with --seed {data['seed']} (repeats this run's sample)"
+        )
     lines.append("result: " + ("PASS" if data["passed"] else f"FAIL (exit {data['exit_code']})"))
     return "\n".join(lines)

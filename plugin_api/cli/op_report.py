@@ -1,11 +1,13 @@
 """The op-level part of the selection report: per example model and layer, the chosen
-implementation with every rejected candidate, and the resolved CUDA-graph level."""
+implementation with every rejected candidate, and the resolved CUDA-graph level (a level above
+NEVER on a device without graphs is flagged as a meaningless claim: ``graph.problem``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..backend import Backend, describe
+from ..conformance.graph_claims import meaningless_graph_claim
 from ..contract import OpFamily
 from ..contract.graphs import CAPTURES, GraphSupport, resolve_model_graph_level
 from .model_specs import MODELS, ModelExample
@@ -44,6 +46,9 @@ def model_report(backend: Backend, model: ModelExample) -> dict[str, Any]:
             if layer.family is OpFamily.ATTENTION and r.chosen is not None:
                 g = r.chosen.graph_support(layer.spec, backend.info)
                 entry["graph"] = {"level": str(g.level), "reason": g.reason}
+                problem = meaningless_graph_claim(backend.device_type, g)
+                if problem is not None:
+                    entry["graph"]["problem"] = problem
                 graph_layers.append((layer.name, g))
         layers.append(entry)
     out: dict[str, Any] = {"model": model.name, "layers": layers}
@@ -77,6 +82,8 @@ def ops_text(backend: Backend, report: list[dict[str, Any]]) -> str:
                 lines.append(f"      {mark} {c['impl']:<22}{fb} {c['reason']}")
             if "graph" in layer:
                 lines.append(f"      graph: {layer['graph']['level']} ({layer['graph']['reason']})")
+                if "problem" in layer["graph"]:
+                    lines.append(f"      ! {layer['graph']['problem']}")
             if layer["chosen"] is None:
                 lines.append("      ! no implementation accepts this layer")
         if "graph" in m:

@@ -14,6 +14,8 @@ from plugin_api.ops.attention import FP8, Attention, AttentionSpec
 
 from . import oracle
 from .cases import PagedCase, make_case
+from .graph_claims import meaningless_graph_claim
+from .inputs import unchanged
 from .plugin import own_or_skip
 
 if TYPE_CHECKING:
@@ -67,10 +69,13 @@ def run_and_check(
 ) -> None:
     own_or_skip(backend, OpFamily.ATTENTION, case.spec)
     attn = Attention(case.spec, backend)
-    plan = attn.plan(case.batch)
+    plan = attn.plan(case.batch, num_blocks=case.cache.num_blocks)
     before = case.cache.data.clone()
     out = torch.full(case.query.shape, float("nan"), dtype=case.spec.dtype, device=device)
-    with record_ops() as calls:
+    with (
+        record_ops() as calls,
+        unchanged(backend.id, query=case.query, key=case.key, value=case.value, sinks=case.sinks),
+    ):
         attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
     assert calls == [attn.provenance], "the op ran an implementation it did not resolve to"
     assert not attn.provenance.fallback
@@ -158,6 +163,37 @@ def test_padding_rows_and_skipped_slots(
     run_and_check(plugin_api_backend, kit_device, case)
 
 
+def test_plan_owns_the_batch_it_checked(
+    plugin_api_backend: Backend, kit_device: torch.device
+) -> None:
+    """A plan keeps what it validated: refilling the caller's batch tensors between plan() and
+    run() (a scheduler reusing its buffers) with out-of-range ids changes neither the output
+    nor the cache write, and no kernel follows the new ids (issue 30, item 6)."""
+    q, L, nd = BATCHES["mixed"]
+    case = make_case(spec_of(), q, L, num_decodes=nd, device=kit_device, seed=13)
+    own_or_skip(plugin_api_backend, OpFamily.ATTENTION, case.spec)
+    attn = Attention(case.spec, plugin_api_backend)
+    plan = attn.plan(case.batch, num_blocks=int(case.cache.data.shape[0]))
+    b = case.batch
+    tables = (b.query_start_loc, b.seq_lens, b.block_table, b.slot_mapping)
+    saved = [t.clone() for t in tables]
+    before = case.cache.data.clone()
+    out = torch.full(case.query.shape, float("nan"), dtype=case.spec.dtype, device=kit_device)
+    b.block_table.fill_(2**31 - 1)
+    b.slot_mapping.fill_(2**62)
+    b.seq_lens.fill_(2**30)
+    b.query_start_loc.fill_(2**30)
+    try:
+        attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
+    finally:
+        for t, old in zip(tables, saved, strict=True):
+            t.copy_(old)
+    got = out[: case.num_tokens].float().cpu()
+    assert torch.isfinite(got).all(), "rows left unwritten (NaN) or non-finite output"
+    torch.testing.assert_close(got, case.expected(), **TOLERANCE[case.spec.dtype])
+    _check_cache(case, before)
+
+
 def test_fp8_scales(plugin_api_backend: Backend, kit_device: torch.device) -> None:
     q, L, nd = BATCHES["mixed"]
     case = make_case(
@@ -179,12 +215,14 @@ def test_graph_support_is_declared(
     plugin_api_backend: Backend, kit_device: torch.device, feature: str
 ) -> None:
     """Every accepted spec states its CUDA-graph level with a reason; a level above NEVER is
-    backed by plans that refill stable buffers."""
+    claimed only on a device with graphs, and backed by plans that refill stable buffers."""
     spec = spec_of(**FEATURES[feature])
     own_or_skip(plugin_api_backend, OpFamily.ATTENTION, spec)
     attn = Attention(spec, plugin_api_backend)
     support = attn.graph_support()
     assert isinstance(support, GraphSupport) and support.reason
+    problem = meaningless_graph_claim(kit_device.type, support)
+    assert problem is None, f"{plugin_api_backend.id}, {spec.describe()}: {problem}"
     if support.level == GraphLevel.NEVER:
         return
     q, L, nd = [1, 1, 1], [20, 33, 7], 3
@@ -198,3 +236,30 @@ def test_graph_support_is_declared(
     assert before == after, "plan(reuse=...) moved a buffer a captured graph would read"
     # Capture and replay against eager needs a device's graph API: each GPU plugin's own tests
     # do that on its hardware (the kit stays device-neutral).
+
+
+def test_a_refused_spec_is_never_captured(plugin_api_backend: Backend) -> None:
+    """A spec an implementation of the backend refuses is declared NEVER, with the refusal as
+    the reason: a level above NEVER would promise a captured graph of code that never runs."""
+    info = plugin_api_backend.info
+    specs = [spec_of(**changes) for changes in FEATURES.values()] + [
+        spec_of(dcp_size=2),  # decode context parallelism: refused by every backend here today
+        spec_of(query_dtype=FP8),
+        spec_of(head_size=512),
+        spec_of(num_speculative_tokens=3, causal=False, logits_soft_cap=5.0, dcp_size=2),
+    ]
+    problems = []
+    for c in plugin_api_backend.candidates(OpFamily.ATTENTION):
+        if c.fallback:
+            continue
+        for spec in specs:
+            refusal = c.impl.supports(spec, info)
+            if refusal.ok:
+                continue
+            support = c.impl.graph_support(spec, info)
+            if support.level != GraphLevel.NEVER or refusal.because() not in support.reason:
+                problems.append(
+                    f"{c.impl.name} refuses {spec.describe()} ({refusal.because()}) but declares "
+                    f"{support.level}: {support.reason}"
+                )
+    assert not problems, "\n".join(problems)

@@ -12,6 +12,7 @@ from plugin_api.contract.provenance import record_ops
 from plugin_api.ops.quant import QuantSpec, per_token_group_quant
 
 from . import oracle
+from .inputs import unchanged
 from .plugin import own_or_skip
 
 if TYPE_CHECKING:
@@ -52,9 +53,10 @@ def test_group_quant_bit_exact(
     x = _inputs(m, k, torch.bfloat16, seed=m * k + group)
     own_or_skip(plugin_api_backend, OpFamily.QUANT, QuantSpec(k, group, x.dtype, dtype, col, ue8m0))
     eps = 1e-10
-    with record_ops() as calls:
+    x_dev = x.to(kit_device)
+    with record_ops() as calls, unchanged(plugin_api_backend.id, x=x_dev):
         q, s = per_token_group_quant(
-            x.to(kit_device), group, dtype, eps, col, ue8m0, backend=plugin_api_backend
+            x_dev, group, dtype, eps, col, ue8m0, backend=plugin_api_backend
         )
     assert len(calls) == 1 and not calls[0].fallback
     want_q, want_s = oracle.group_quant(x, group, dtype, eps, ue8m0)

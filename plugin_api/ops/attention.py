@@ -81,8 +81,16 @@ class AttentionSpec:
             checks.positive_int(op, "sliding_window", self.sliding_window)
             if not self.causal:
                 raise ValueError(f"{op}: non-causal attention with a sliding window is undefined")
-        if self.logits_soft_cap is not None and not self.logits_soft_cap > 0:
-            raise ValueError(f"{op}: logits_soft_cap={self.logits_soft_cap} must be > 0")
+        if self.logits_soft_cap is not None:
+            cap = self.logits_soft_cap
+            if isinstance(cap, bool) or not isinstance(cap, int | float):
+                raise TypeError(f"{op}: logits_soft_cap={cap!r} must be a number or None")
+            if not (cap > 0 and math.isfinite(cap)):
+                # inf would make c * tanh(z / c) = inf * 0 = NaN; <= 0 or NaN has no meaning
+                raise ValueError(
+                    f"{op}: logits_soft_cap={cap} must be a positive finite number "
+                    "(None for no soft cap)"
+                )
         if self.scale is not None and not (self.scale > 0 and math.isfinite(self.scale)):
             raise ValueError(f"{op}: scale={self.scale} must be a positive finite number")
 
@@ -244,9 +252,21 @@ def decode_layout(batch: AttentionBatch) -> DecodeLayout:
     )
 
 
-def validate_batch(spec: AttentionSpec, batch: AttentionBatch) -> int:
-    """Check ``batch`` against ``spec``; return the largest physical block id it uses."""
+def validate_batch(
+    spec: AttentionSpec, batch: AttentionBatch, num_blocks: int | None = None
+) -> int:
+    """Check ``batch`` against ``spec`` (and, given ``num_blocks``, against a KV cache of that
+    many blocks); return the largest physical block id it uses."""
+    return _validate_batch(spec, batch, num_blocks)[0]
+
+
+def _validate_batch(
+    spec: AttentionSpec, batch: AttentionBatch, num_blocks: int | None
+) -> tuple[int, str]:
+    """``validate_batch``, also returning which batch entry holds the largest block id."""
     op = "attention.plan"
+    if num_blocks is not None:
+        checks.positive_int(op, "num_blocks", num_blocks)
     if not isinstance(batch, AttentionBatch):
         raise TypeError(f"{op}: batch must be an AttentionBatch, got {type(batch).__name__}")
     cpu = torch.device("cpu")
@@ -298,12 +318,27 @@ def validate_batch(spec: AttentionSpec, batch: AttentionBatch) -> int:
                 f"{int(seq_lens.max())} tokens needs {int(needed.max())} blocks of {bs}"
             )
         cols = torch.arange(table.shape[1]).unsqueeze(0)
-        used = table[cols < needed.unsqueeze(1)]
+        read = cols < needed.unsqueeze(1)  # the entries the sequences' lengths make us read
+        used = table[read]
         if used.numel() and int(used.min()) < 0:
             raise ValueError(f"{op}: batch.block_table holds a negative block id in a used entry")
-        max_block = int(used.max()) if used.numel() else -1
+        masked = torch.where(read, table, -1)  # contiguous, whatever the table's strides
+        where = int(masked.argmax())  # the largest entry read, and where it is
+        max_block = int(masked.view(-1)[where]) if used.numel() else -1
     else:
-        max_block = -1
+        max_block = where = -1
+    table_source = ""
+    if max_block >= 0:
+        r, c = divmod(where, table.shape[1])
+        table_source = (
+            f"batch.block_table[{r}, {c}]={max_block} (read for batch.seq_lens[{r}]="
+            f"{int(seq_lens[r])})"
+        )
+    if num_blocks is not None and max_block >= num_blocks:
+        raise ValueError(
+            f"{op}: {table_source} is past the KV cache's {num_blocks} blocks "
+            f"(num_blocks={num_blocks})"
+        )
     real = slots[:tokens]
     if real.numel() and int(real.min()) < -1:
         raise ValueError(f"{op}: batch.slot_mapping holds {int(real.min())}; slots are >= 0 or -1")
@@ -311,7 +346,19 @@ def validate_batch(spec: AttentionSpec, batch: AttentionBatch) -> int:
     if torch.unique(written).numel() != written.numel():
         raise ValueError(f"{op}: batch.slot_mapping writes one slot twice")
     max_slot = int(real.max()) if real.numel() else -1
-    return max(max_block, max_slot // bs if max_slot >= 0 else -1)
+    slot_block = max_slot // bs if max_slot >= 0 else -1
+    slot_source = ""
+    if slot_block >= 0:
+        t = int(real.argmax())
+        slot_source = f"batch.slot_mapping[{t}]={max_slot} (block {slot_block})"
+    if num_blocks is not None and slot_block >= num_blocks:
+        raise ValueError(
+            f"{op}: {slot_source} is past the KV cache's {num_blocks} blocks "
+            f"(num_blocks={num_blocks}, block_size={bs})"
+        )
+    if slot_block > max_block:
+        return slot_block, slot_source
+    return max_block, table_source
 
 
 class AttentionImplementation(Protocol):
@@ -370,6 +417,10 @@ class AttentionPlan:
     max_block_id: int
     decode: DecodeLayout
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # the batch entry that holds ``max_block_id``, for run()'s error against a smaller cache
+    max_block_source: str = ""
+    # the implementation that made ``impl_plan``: only it can read it
+    impl: Any = None
 
 
 class Attention:
@@ -403,13 +454,23 @@ class Attention:
             self.spec, num_blocks, self.device, k_scale=k_scale, v_scale=v_scale
         )
 
-    def plan(self, batch: AttentionBatch, *, reuse: AttentionPlan | None = None) -> AttentionPlan:
+    def plan(
+        self,
+        batch: AttentionBatch,
+        *,
+        reuse: AttentionPlan | None = None,
+        num_blocks: int | None = None,
+    ) -> AttentionPlan:
         """Validate ``batch`` and build this step's plan. ``reuse`` (an earlier plan of this
-        op) lets graph-capable implementations refill the same buffers."""
-        max_block = validate_batch(self.spec, batch)
+        op) lets graph-capable implementations refill the same buffers. ``num_blocks`` (the KV
+        cache's) checks every block the batch reads or writes here, naming the batch entry;
+        without it ``run()`` checks against the cache it is given."""
+        max_block, source = _validate_batch(self.spec, batch, num_blocks)
         layout = decode_layout(batch)
-        if reuse is not None and (not isinstance(reuse, AttentionPlan) or reuse.spec != self.spec):
-            raise TypeError("attention.plan: reuse must be a plan of this Attention")
+        if reuse is not None:
+            if not isinstance(reuse, AttentionPlan) or reuse.spec != self.spec:
+                raise TypeError("attention.plan: reuse must be a plan of this Attention")
+            self._check_owner("attention.plan", "reuse", reuse)
         prior = reuse.impl_plan if reuse is not None else None
         impl_plan = self.impl.plan(self.spec, batch, self.device, prior)
         return AttentionPlan(
@@ -420,6 +481,20 @@ class Attention:
             max_block,
             layout,
             self.device,
+            max_block_source=source,
+            impl=self.impl,
+        )
+
+    def _check_owner(self, op: str, name: str, plan: AttentionPlan) -> None:
+        """A plan's ``impl_plan`` is private to the implementation that made it: another
+        backend's, even for an equal spec, would fail inside a kernel (after a cache write)."""
+        theirs, mine = plan.impl, self.impl
+        if theirs is mine or (type(theirs) is type(mine) and theirs.name == mine.name):
+            return
+        raise TypeError(
+            f"{op}: {name} was made by implementation {_impl_name(theirs)}; this Attention "
+            f"runs {_impl_name(mine)} (backend {self.backend.id!r}): make the plan with "
+            "this Attention's plan()"
         )
 
     def run(
@@ -445,9 +520,12 @@ class Attention:
         self._check_run(query, key, value, kv_cache, plan, sinks, out)
         if out is None:
             out = torch.empty(query.shape, dtype=self.spec.dtype, device=query.device)
+        written = checks.Outputs((("out", out), ("kv_cache.data", kv_cache.data)))
         if key is not None and value is not None:
             self.impl.write_kv(self.spec, key, value, kv_cache, plan.impl_plan)
+            written.check("attention.run", self.impl)
         self.impl.forward(self.spec, query, kv_cache, plan.impl_plan, sinks, out)
+        written.check("attention.run", self.impl)
         note(self.provenance)
         return out
 
@@ -464,6 +542,7 @@ class Attention:
         op, s = "attention.run", self.spec
         if not isinstance(plan, AttentionPlan) or plan.spec != s:
             raise TypeError(f"{op}: plan must come from plan() of this Attention")
+        self._check_owner(op, "plan", plan)
         if not isinstance(kv_cache, KVCache):
             raise TypeError(f"{op}: kv_cache must be a KVCache, got {type(kv_cache).__name__}")
         q = checks.tensor(op, "query", query, dtypes={s.q_dtype}, ndim=3, contiguous=True)
@@ -506,7 +585,9 @@ class Attention:
         )
         if plan.max_block_id >= cache.shape[0]:
             raise ValueError(
-                f"{op}: the batch uses block {plan.max_block_id}, kv_cache has {cache.shape[0]}"
+                f"{op}: the batch uses block {plan.max_block_id} ({plan.max_block_source}), "
+                f"kv_cache has {cache.shape[0]} blocks (plan(batch, num_blocks=...) checks it "
+                "before the step)"
             )
         for name, v in (
             ("kv_cache.k_scale", kv_cache.k_scale),
@@ -532,12 +613,25 @@ class Attention:
             )
         elif sinks is not None:
             raise ValueError(f"{op}: sinks given but spec.has_sinks is False (would be ignored)")
+        outputs: list[tuple[str, torch.Tensor]] = []
         if out is not None:
             o = checks.tensor(
                 op, "out", out, dtypes={s.dtype}, shape=tuple(q.shape), device=dev, contiguous=True
             )
-            if o.data_ptr() == q.data_ptr():
-                raise ValueError(f"{op}: out must not alias query")
+            outputs.append(("out", o))
+        inputs: list[tuple[str, torch.Tensor | None]] = [("query", q)]
+        if s.kv_sharing:  # read only
+            inputs.append(("kv_cache.data", cache))
+        else:
+            outputs.append(("kv_cache.data", cache))
+            inputs += [("key", key), ("value", value)]  # type: ignore[list-item]
+        if sinks is not None:
+            inputs.append(("sinks", sinks))  # type: ignore[arg-type]
+        checks.no_overlap(op, outputs, inputs)
+
+
+def _impl_name(impl: object) -> str:
+    return repr(getattr(impl, "name", type(impl).__name__))
 
 
 def attention(spec: AttentionSpec, backend: Backend | None = None) -> Attention:

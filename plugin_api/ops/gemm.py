@@ -210,7 +210,10 @@ def mm(
         out = torch.empty((m, spec.n), dtype=spec.out_dtype, device=packed.device)
     else:
         _check_out(op, out, m, spec, packed.device)
+        checks.no_overlap(op, (("out", out),), (("x", x), ("bias", bias)))
+    written = checks.Outputs((("out", out),))
     packed.impl.mm(spec, x, packed.payload, bias, out)
+    written.check(op, packed.impl)
     note(packed.provenance)
     return out
 
@@ -237,7 +240,10 @@ def scaled_mm(
         out = torch.empty((m, spec.n), dtype=spec.out_dtype, device=packed.device)
     else:
         _check_out(op, out, m, spec, packed.device)
+        checks.no_overlap(op, (("out", out),), (("x_q", x_q), ("x_scale", s), ("bias", bias)))
+    written = checks.Outputs((("out", out),))
     packed.impl.scaled_mm(spec, x_q, s.reshape(m), packed.payload, bias, out)
+    written.check(op, packed.impl)
     note(packed.provenance)
     return out
 

@@ -124,9 +124,12 @@ def per_token_group_quant(
                 f"{OP}: out_scales strides {tuple(out_scales.stride())} are not {layout}-major "
                 f"{want}"
             )
+    checks.no_overlap(OP, (("out", out), ("out_scales", out_scales)), (("x", t),))
     spec = QuantSpec(k, group_size, t.dtype, dtype, column_major_scales, scale_ue8m0)
     impl, prov = be.implementation_for(OpFamily.QUANT, spec)
     if m:
+        written = checks.Outputs((("out", out), ("out_scales", out_scales)))
         impl.quantize(spec, t, float(eps), out, out_scales)
+        written.check(OP, impl)
     note(prov)
     return out, out_scales

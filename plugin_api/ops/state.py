@@ -74,7 +74,9 @@ class StateImplementation(Protocol):
         ...
 
 
-def _check_states(op: str, states: object, device: torch.device) -> tuple[StateSpec, int]:
+def _check_states(
+    op: str, states: object, device: torch.device, ids: Sequence[tuple[str, object]]
+) -> tuple[StateSpec, int]:
     if not isinstance(states, list | tuple) or not states:
         raise TypeError(f"{op}: states must be a non-empty list of tensors")
     blocks = None
@@ -88,6 +90,9 @@ def _check_states(op: str, states: object, device: torch.device) -> tuple[StateS
             blocks = int(t.shape[0])
         elif int(t.shape[0]) != blocks:
             raise ValueError(f"{op}: states[{i}] has {t.shape[0]} blocks, states[0] has {blocks}")
+    # every tensor is written: one that shares memory with another would see its writes
+    read = [(name, t) for name, t in ids if isinstance(t, torch.Tensor)]
+    checks.no_overlap(op, [(f"states[{i}]", t) for i, t in enumerate(states)], read)
     spec = StateSpec(
         tuple(tuple(int(x) for x in t.shape[1:]) for t in states),
         tuple(t.dtype for t in states),
@@ -96,8 +101,16 @@ def _check_states(op: str, states: object, device: torch.device) -> tuple[StateS
     return spec, blocks
 
 
-def _check_ids(op: str, name: str, ids: object, num_blocks: int) -> torch.Tensor:
+def _outputs(states: Sequence[torch.Tensor]) -> checks.Outputs:
+    return checks.Outputs([(f"states[{i}]", t) for i, t in enumerate(states)])
+
+
+def _check_ids(
+    op: str, name: str, ids: object, num_blocks: int, device: torch.device
+) -> torch.Tensor:
     t = checks.tensor(op, name, ids, dtypes=ID_DTYPES, ndim=1)
+    if t.device.type not in ("cpu", device.type):  # their values are read: a meta tensor has none
+        raise ValueError(f"{op}: {name} is on {t.device}; block ids live on the CPU or {device}")
     host = t.cpu()  # the values decide validity; a device tensor costs one sync here
     if host.numel() and (int(host.min()) < 0 or int(host.max()) >= num_blocks):
         bad = int(host[(host < 0) | (host >= num_blocks)][0])
@@ -118,21 +131,26 @@ def copy_state_blocks(
     op = "copy_state_blocks"
     be = backend or process_backend()
     device = be.device
-    spec, nb = _check_states(op, states, device)
-    src = _check_ids(op, "src_ids", src_ids, nb)
-    dst = _check_ids(op, "dst_ids", dst_ids, nb)
+    spec, nb = _check_states(op, states, device, (("src_ids", src_ids), ("dst_ids", dst_ids)))
+    src = _check_ids(op, "src_ids", src_ids, nb, device)
+    dst = _check_ids(op, "dst_ids", dst_ids, nb, device)
     if src.shape != dst.shape:
         raise ValueError(f"{op}: src_ids has {src.numel()} ids, dst_ids has {dst.numel()}")
     if torch.unique(dst).numel() != dst.numel():
         raise ValueError(f"{op}: dst_ids repeats a block id; each destination must be unique")
     overlap = set(dst.tolist()) & set(src.tolist())
     if overlap:
-        raise ValueError(f"{op}: block(s) {sorted(overlap)} are both source and destination")
+        raise ValueError(
+            f"{op}: block(s) {sorted(overlap)} are both source and destination (in src_ids "
+            "and dst_ids); a block is either copied from or written to in one call"
+        )
     impl, prov = be.implementation_for(OpFamily.STATE, spec)
     if dst.numel():
+        written = _outputs(states)
         impl.copy_blocks(
             spec, list(states), src.to(device, torch.int64), dst.to(device, torch.int64)
         )
+        written.check(op, impl)
     note(prov)
 
 
@@ -145,11 +163,13 @@ def zero_state_blocks(
     op = "zero_state_blocks"
     be = backend or process_backend()
     device = be.device
-    spec, nb = _check_states(op, states, device)
-    host = _check_ids(op, "ids", ids, nb)
+    spec, nb = _check_states(op, states, device, (("ids", ids),))
+    host = _check_ids(op, "ids", ids, nb, device)
     if torch.unique(host).numel() != host.numel():
         raise ValueError(f"{op}: ids repeats a block id")
     impl, prov = be.implementation_for(OpFamily.STATE, spec)
     if host.numel():
+        written = _outputs(states)
         impl.zero_blocks(spec, list(states), host.to(device, torch.int64))
+        written.check(op, impl)
     note(prov)

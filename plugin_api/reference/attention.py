@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from plugin_api.contract.decision import Decision, ImplPath
-from plugin_api.contract.graphs import GraphLevel, GraphSupport
+from plugin_api.contract.graphs import GraphLevel, GraphSupport, unless_refused
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import FP8, FP8_MAX, AttentionBatch, AttentionSpec, KVCache
 
@@ -52,9 +52,12 @@ class ReferenceAttention:
         return Decision.accept("eager torch: every feature of the op semantics")
 
     def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
-        return GraphSupport(
-            GraphLevel.NEVER,
-            "reference attention loops over sequences in Python with lengths read on the host",
+        return unless_refused(
+            self.supports(spec, info),
+            lambda: GraphSupport(
+                GraphLevel.NEVER,
+                "reference attention loops over sequences in Python with lengths read on the host",
+            ),
         )
 
     def plan(
@@ -64,8 +67,10 @@ class ReferenceAttention:
         return ReferencePlan(
             query_start=tuple(batch.query_start_loc.tolist()),
             seq_lens=tuple(batch.seq_lens.tolist()),
-            block_table=batch.block_table.to(device, torch.int64),
-            slot_mapping=batch.slot_mapping[:tokens].to(device),
+            # copies (copy=True: `.to` returns the same tensor when nothing changes): the plan
+            # owns what it validated, whatever the caller does to its batch before run()
+            block_table=batch.block_table.to(device, torch.int64, copy=True),
+            slot_mapping=batch.slot_mapping[:tokens].to(device, copy=True),
             num_tokens=tokens,
         )
 
@@ -120,9 +125,15 @@ class ReferenceAttention:
                 p = torch.softmax(torch.cat([z, sink], dim=-1), dim=-1)[..., :-1]
             else:
                 p = torch.softmax(z, dim=-1)
-            p = torch.nan_to_num(p, nan=0.0)  # rows with no visible key (only with sinks)
-            o = torch.einsum("kgnl,kld->nkgd", p, v).reshape(n, spec.num_heads, d)
-            out[q0:q1] = o.to(out.dtype)
+            # a row with no visible key (and no sink) is 0/0: it outputs zeros; a NaN of a
+            # visible key must stay NaN, so only those rows are cleared
+            p = torch.where(visible.any(-1, keepdim=True), p, 0.0)
+            # a key can be masked only for a multi-token step or past a window (host facts)
+            masked = spec.causal and (
+                n > 1 or (spec.sliding_window is not None and seq_len > spec.sliding_window)
+            )
+            o = _weighted_sum(p, v, visible if masked else None)  # [kh, g, n, d]
+            out[q0:q1] = o.permute(2, 0, 1, 3).reshape(n, spec.num_heads, d).to(out.dtype)
 
     @staticmethod
     def _visible(spec: AttentionSpec, n: int, seq_len: int, device: torch.device) -> torch.Tensor:
@@ -134,6 +145,33 @@ class ReferenceAttention:
         if spec.sliding_window is not None:
             visible &= key > pos - spec.sliding_window
         return visible
+
+
+def _weighted_sum(p: torch.Tensor, v: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
+    """``o[k, g, n] = sum of p[k, g, n, j] * v[k, j]`` over the keys ``j`` query ``n`` sees.
+
+    ``p`` ``[kh, g, n, L]`` is 0 where a key is masked, ``v`` is ``[kh, L, d]``, ``visible``
+    ``[n, L]`` (None: every key is visible). A product would still add ``0 * inf = NaN`` for a
+    masked key holding a non-finite value, so with a mask the finite values are summed as a
+    product and each non-finite value of a *visible* key is added by the IEEE rules a plain
+    sum would follow: NaN stays NaN, ``p * inf`` is inf for ``p > 0`` and NaN for ``p == 0``,
+    and opposite infinities make NaN. No data-dependent branch: no device sync.
+    """
+    if visible is None:
+        return torch.einsum("kgnl,kld->kgnd", p, v)
+    finite = torch.isfinite(v)
+    o = torch.einsum("kgnl,kld->kgnd", p, torch.where(finite, v, 0.0))
+
+    def any_of(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Whether some key with a nonzero weight holds one of ``values`` (bool masks)."""
+        return torch.einsum("kgnl,kld->kgnd", weights.float(), values.float()) > 0
+
+    seen = visible.expand_as(p)
+    live = p > 0  # only visible keys have p > 0
+    nan = any_of(seen, torch.isnan(v)) | any_of(seen & ~live, torch.isinf(v))
+    o = o + torch.where(any_of(live, v == float("inf")), float("inf"), 0.0)
+    o = o + torch.where(any_of(live, v == float("-inf")), float("-inf"), 0.0)  # inf - inf: NaN
+    return torch.where(nan, float("nan"), o)
 
 
 def implementations() -> tuple[ReferenceAttention]:

@@ -20,6 +20,28 @@ import triton.language as tl
 
 
 @triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
+def _non_finite_terms(
+    pv: tl.tensor,
+    p: tl.tensor,
+    v: tl.tensor,
+    visible: tl.tensor,
+    nan_v: tl.tensor,
+    inf_v: tl.tensor,
+) -> tl.tensor:
+    """``pv`` (the finite values' products) plus the non-finite values of the keys each row
+    sees: NaN stays NaN, ``p * inf`` is inf for ``p > 0`` and NaN for ``p == 0``, opposite
+    infinities make NaN. Counts of 0/1 indicators, as fp16 dots (exact)."""
+    seen = visible.to(tl.float16)
+    live = (p > 0).to(tl.float16)  # only visible keys have p > 0
+    dead = (visible & (p == 0)).to(tl.float16)
+    nan = (tl.dot(seen, nan_v.to(tl.float16)) > 0) | (tl.dot(dead, inf_v.to(tl.float16)) > 0)
+    pos = tl.dot(live, (inf_v & (v > 0)).to(tl.float16)) > 0
+    neg = tl.dot(live, (inf_v & (v < 0)).to(tl.float16)) > 0
+    pv = pv + tl.where(pos, float("inf"), 0.0) + tl.where(neg, float("-inf"), 0.0)
+    return tl.where(nan, float("nan"), pv)
+
+
+@triton.jit  # type: ignore[untyped-decorator]  # triton has no py.typed: jit is untyped
 def _paged_attention_kernel(
     q_ptr: tl.tensor,
     o_ptr: tl.tensor,
@@ -127,7 +149,20 @@ def _paged_attention_kernel(
         p = tl.exp(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(cache_ptr + stride_ckv + kv[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        pv = tl.dot(p.to(P_DTYPE).to(PV_DTYPE), v.to(PV_DTYPE), input_precision=PRECISION)
+        p_op = p.to(P_DTYPE).to(PV_DTYPE)
+        v_op = v.to(PV_DTYPE)
+        # A masked key has p == 0, but a product adds 0 * inf = NaN for it: a tile holding a
+        # non-finite value sums the finite ones as a product and adds each non-finite value of
+        # a visible key by the IEEE rules of a plain sum (see _non_finite_terms).
+        nan_v = v_op != v_op
+        inf_v = tl.abs(v_op) == float("inf")
+        if tl.max((nan_v | inf_v).to(tl.int32)) > 0:
+            pv = tl.dot(
+                p_op, tl.where(nan_v | inf_v, 0.0, v_op).to(PV_DTYPE), input_precision=PRECISION
+            )
+            pv = _non_finite_terms(pv, p_op, v_op, visible, nan_v, inf_v)
+        else:
+            pv = tl.dot(p_op, v_op, input_precision=PRECISION)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
 

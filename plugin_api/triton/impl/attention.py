@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ...contract.decision import Decision, ImplPath
-from ...contract.graphs import GraphLevel, GraphSupport
+from ...contract.graphs import GraphLevel, GraphSupport, unless_refused
 from ...device_info import DeviceInfo
 from ...gpu.triton_target import TritonTarget
 from ...ops.attention import AttentionBatch, AttentionSpec, KVCache
@@ -87,9 +87,9 @@ class TritonAttention:
         return Decision.all_of(self.target.triton(info), own)
 
     def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
-        served = self.supports(spec, info)
-        if not served.ok:
-            return GraphSupport(GraphLevel.NEVER, f"not served here: {served.because()}")
+        return unless_refused(self.supports(spec, info), lambda: self._graph_level(info))
+
+    def _graph_level(self, info: DeviceInfo) -> GraphSupport:
         if self.target.graph_capture is None:
             return GraphSupport(
                 GraphLevel.NEVER,

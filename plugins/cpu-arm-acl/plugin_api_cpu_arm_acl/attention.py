@@ -216,7 +216,15 @@ class CpuPagedAttention:
                 f"{ATTENTION_MATRIX}=off to run the vector kernels, or =on to accept torch's gemm"
             )
         tokens = batch.num_tokens if batch.num_seqs else 0
-        seq_lens = batch.seq_lens.contiguous()
+        # The plan owns copies of the tables its kernels trust (the host checked these values
+        # against the cache): a caller refilling its batch tensors before run() cannot send
+        # the kernels out of bounds. Only the block-table columns the sequences reach.
+        seq_lens = batch.seq_lens.clone(memory_format=torch.contiguous_format)
+        bs = spec.block_size
+        cols = int((int(seq_lens[: batch.num_seqs].max()) + bs - 1) // bs) if batch.num_seqs else 0
+        block_table = batch.block_table[:, : max(cols, 1)].clone(
+            memory_format=torch.contiguous_format
+        )
         items, reduce, rows = ops.plan(
             query_start_loc=batch.query_start_loc.contiguous(),
             seq_lens=seq_lens,
@@ -235,9 +243,9 @@ class CpuPagedAttention:
             reduce=reduce,
             partial_acc=torch.empty((rows, spec.head_size), dtype=torch.float32),
             partial_ml=torch.empty((rows, 2), dtype=torch.float32),
-            block_table=batch.block_table.contiguous(),
+            block_table=block_table,
             seq_lens=seq_lens,
-            slot_mapping=batch.slot_mapping.contiguous(),
+            slot_mapping=batch.slot_mapping[:tokens].clone(memory_format=torch.contiguous_format),
             num_tokens=tokens,
             matrix=matrix.used,
             ahead_l1=prefetch_target(_machine(), self.prefetch).l1,

@@ -35,6 +35,16 @@ ISA_CODES = {"generic": 0, "avx2": 1}  # pa_onednn::PanelIsa in csrc/kernels.h
 MAX_K_INT8 = (1 << 17) - 1  # K * 2^14 (the largest |int8 product|) stays below 2^31
 
 
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself when its rows do not overlap (row stride >= K, what the kernels take), else
+    a dense copy: the host accepts any row stride, e.g. one row ``expand``-ed to M (stride 0),
+    as the oneDNN path stages it through a dense buffer. The copy is M x K, small next to the
+    weight every call reads."""
+    if x.stride(0) >= x.shape[1]:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
 @dataclass(frozen=True, slots=True)
 class PanelWeight:
     """Packed panels: bf16/fp16 ``[ceil(N/16), K, 16]`` or int8 ``[ceil(N/16), ceil(K/2), 32]``
@@ -177,9 +187,10 @@ class PanelGemm:
         bias: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` bf16, row stride may exceed K."""
+        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` bf16, any row stride (see ``_rows``)."""
         if x.shape[0] == 0:
             return
+        x = _rows(x)
         plan = self.plan(spec, payload, x, bias, out)
         b = None if bias is None else bias.to(F32).contiguous()
         extension().ops.panel_mm(x, payload.panels, spec.n, b, out, list(plan.conf))
@@ -196,6 +207,7 @@ class PanelGemm:
         """``out = ((x_q @ W_q^T) * x_scale[:, None]) * w_scale[None, :] (+ bias)``."""
         if x_q.shape[0] == 0:
             return
+        x_q = _rows(x_q)
         plan = self.plan(spec, payload, x_q, bias, out)
         b = None if bias is None else bias.to(F32).contiguous()
         sx = x_scale.contiguous()

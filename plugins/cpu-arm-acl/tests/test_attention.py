@@ -513,3 +513,89 @@ def test_prefetch_target_changes_no_result(monkeypatch, threads):
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
     torch.testing.assert_close(outs[0].float(), case.expected(), **TOLERANCE[spec.dtype])
+
+
+# ---- masked keys never enter P.V (issue 30, item 8) ---------------------------------------------
+
+
+def _visible(spec: AttentionSpec, pos: int, j: int) -> bool:
+    if not spec.causal:
+        return True
+    return j <= pos and (spec.sliding_window is None or j > pos - spec.sliding_window)
+
+
+def _poison(case, query_lens, seq_lens, marks):
+    """NaN/Inf into K and V of positions `marks(length, n)` ({position: (k, v)}, None: leave),
+    in the cache or this step's inputs, and the oracle's copies. Returns the rows that see one."""
+    bs = case.spec.block_size
+    table, qsl = case.batch.block_table, case.batch.query_start_loc.tolist()
+    sees = torch.zeros(case.num_tokens, dtype=torch.bool)
+    for s, (n, length) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        poison = marks(length, n)
+        for j, pair in poison.items():
+            for which, x in enumerate(pair):
+                if x is None:
+                    continue
+                (case.k_full if which == 0 else case.v_full)[s][j] = x
+                if j >= length - n:
+                    src = case.key if which == 0 else case.value
+                    src[qsl[s] + j - (length - n)] = x
+                else:
+                    case.cache.data[int(table[s, j // bs]), which, :, j % bs, :] = x
+        for i, p in enumerate(range(length - n, length)):
+            sees[qsl[s] + i] = any(_visible(case.spec, p, j) for j in poison)
+    return sees
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _marks(length: int, n: int, window: int | None) -> dict[int, tuple[float | None, float | None]]:
+    """Keys of the step that earlier queries of the step cannot see, keys that a window hides
+    from later ones, and (with a window) history no query sees."""
+    start = length - n
+    marks: dict[int, tuple[float | None, float | None]] = {}
+    if window is not None:
+        marks.update({j: (NAN, -INF) for j in range(max(0, start - 40), start - 30)})
+    if n >= 3:
+        marks.update({length - 1: (None, INF), length - 2: (NAN, None)})
+    if n >= 30:
+        marks.update({start + n // 2: (None, -INF), start + 5: (INF, NAN)})
+    return marks
+
+
+@native
+@pytest.mark.parametrize("mode", ["on", "off"], ids=["matrix", "vector"])
+@pytest.mark.parametrize(
+    "feature",
+    [
+        dict(dtype=torch.bfloat16),
+        dict(dtype=torch.bfloat16, sliding_window=9),
+        dict(dtype=torch.float32, sliding_window=12, logits_soft_cap=20.0),
+        dict(dtype=torch.float16, sliding_window=7, has_sinks=True),
+        dict(dtype=torch.bfloat16, num_heads=16, num_kv_heads=2, sliding_window=6),
+    ],
+    ids=["causal-bf16", "window-bf16", "window-softcap-fp32", "window-sinks-fp16", "gqa8-bf16"],
+)
+def test_masked_non_finite_values_stay_out_of_every_layout(monkeypatch, threads, mode, feature):
+    """NaN/Inf in keys a query cannot see (causally, or outside its window) never reach its row,
+    in the dot (decode, spec decode), rows and matrix (prefill tiles, several items per
+    sequence) layouts; a row that sees one is non-finite, as the oracle is."""
+    monkeypatch.setenv(ATTENTION_MATRIX, mode)
+    spec = spec_of(**{"num_heads": 4, "num_kv_heads": 2, "num_speculative_tokens": 3, **feature})
+    query_lens, seq_lens = [1, 4, 9, 40, 70], [80, 57, 60, 75, 110]
+    case = make_case(spec, query_lens, seq_lens, num_decodes=2, device="cpu", seed=9)
+    sees = _poison(case, query_lens, seq_lens, lambda L, n: _marks(L, n, spec.sliding_window))
+    clean = ~sees
+    assert clean.any() and sees.any()
+    attn = Attention(spec, backend_for("cpu-arm-acl"))
+    out = attn.run(
+        case.query, case.key, case.value, case.cache, attn.plan(case.batch), sinks=case.sinks
+    )
+    got = out[: case.num_tokens].float()
+    expected = case.expected()
+    assert torch.isfinite(expected[clean]).all()
+    bad = (~torch.isfinite(got[clean])).flatten(1).any(1)
+    assert not bad.any(), f"rows {clean.nonzero().flatten()[bad].tolist()} took a masked NaN/Inf"
+    torch.testing.assert_close(got[clean], expected[clean], **TOLERANCE[spec.dtype])
+    assert (~torch.isfinite(got[sees])).flatten(1).any(1).all()

@@ -72,6 +72,35 @@ def test_fp32_out_is_the_accumulator(panel_here, wdt, isa, blocks, m, n, k):
         assert torch.equal(outs[wdt], outs[F32].to(wdt))
 
 
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("rows", ["expanded", "overlapping"])
+def test_x_with_a_row_stride_below_k_is_served(m, rows):
+    """An ``x`` whose rows overlap (one row expanded to M: stride 0; or a stride below K), which
+    the host accepts, gives what its dense copy gives (issue 30, item 11). The kernels, not
+    whether the backend picks them here."""
+    n, k = 40, 64
+    impl = PanelGemm(policy=PanelPolicy(isa=_isas()[-1], **BLOCKS), threads=2)
+    base = _rand(m + k, seed=7)
+    x = base.as_strided((m, k), (0 if rows == "expanded" else 1, 1))  # expand: stride 0
+    assert x.stride(0) < k
+    w = _rand(n, k, seed=8)
+    spec = GemmSpec(n, k, BF16, F32)
+    payload = impl.prepare(spec, w, None)
+    out, want = torch.empty(m, n), torch.empty(m, n)
+    impl.mm(spec, x, payload, None, out)
+    impl.mm(spec, x.contiguous().clone(), payload, None, want)
+    assert torch.equal(out, want)
+    w8, s_w = _rand(n, k, seed=9, dtype=S8), torch.rand(n) + 0.5
+    spec8 = GemmSpec(n, k, S8, F32)
+    p8 = impl.prepare(spec8, w8, s_w)
+    xq = _rand(m + k, seed=10, dtype=S8).as_strided((m, k), (x.stride(0), 1))
+    s_x = torch.rand(m) + 0.5
+    out8, want8 = torch.empty(m, n), torch.empty(m, n)
+    impl.scaled_mm(spec8, xq, s_x, p8, None, out8)
+    impl.scaled_mm(spec8, xq.clone(memory_format=torch.contiguous_format), s_x, p8, None, want8)
+    assert torch.equal(out8, want8)
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_k4096_logits_against_fp64(panel_here, isa):
     """LM-head depth (K=4096), logits of std ~3: the fp32 summation error stays near 1e-6."""

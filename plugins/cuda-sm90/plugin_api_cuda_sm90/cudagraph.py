@@ -1,8 +1,11 @@
-"""CUDA-graph support per (architecture, spec): a decision table, first matching row wins.
+"""CUDA-graph support per (architecture, spec): the host's rule, then a decision table.
 
-Every row names its condition, the level and why; the plugin README prints the same table
-(a test keeps the two in step). A wrong claim here gives NaNs in a replayed graph, so a row
-claims a level only where the decode kernel reads nothing but the plan's stable buffers.
+A spec this plugin's rules refuse (``rules.attention_decision``) is NEVER captured, with the
+refusal as the reason (``plugin_api.contract.graphs.unless_refused``, the rule every attention
+implementation follows). A served spec takes the first matching row of ``TABLE``; every row
+names its condition, the level and why, and the plugin README prints the same table (a test
+keeps the two in step). A wrong claim here gives NaNs in a replayed graph, so a row claims a
+level only where the decode kernel reads nothing but the plan's stable buffers.
 """
 
 from __future__ import annotations
@@ -10,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from plugin_api.contract.graphs import GraphLevel, GraphSupport
+from plugin_api.contract.graphs import GraphLevel, GraphSupport, unless_refused
 from plugin_api.device_info import DeviceInfo
-from plugin_api.ops.attention import FP8, AttentionSpec
+from plugin_api.ops.attention import AttentionSpec
 
-from . import versions
-from .rules import HEAD_SIZES, MODEL_DTYPES, Arch, arch_of
+from .rules import Arch, arch_of, attention_decision
 
-Condition = Callable[[AttentionSpec, Arch | None, DeviceInfo], bool]
+Condition = Callable[[AttentionSpec, Arch], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,69 +30,38 @@ class GraphRule:
     reason: str
 
 
-def _kv_dtype_ok(spec: AttentionSpec) -> bool:
-    return spec.cache_dtype in (*MODEL_DTYPES, FP8)
-
-
+# Rows for served specs only: the refusals (another architecture, FlashInfer outside the
+# validated range, head sizes, dtypes, fp8 KV on XQA, dcp_size > 1, ...) never reach them.
 TABLE: tuple[GraphRule, ...] = (
     GraphRule(
-        "architecture is not SM90, SM100 or SM12x",
-        lambda s, a, i: a is None,
-        GraphLevel.NEVER,
-        "no FlashInfer decode path of this plugin runs on this GPU",
-    ),
-    GraphRule(
-        "FlashInfer missing or outside the validated version range",
-        lambda s, a, i: not versions.check_installed(i),
-        GraphLevel.NEVER,
-        "no validated kernel to capture",
-    ),
-    GraphRule(
-        f"head size not in {HEAD_SIZES}",
-        lambda s, a, i: s.head_size not in HEAD_SIZES,
-        GraphLevel.NEVER,
-        "the decode kernel does not serve this head size",
-    ),
-    GraphRule(
-        "KV dtype not fp16, bf16 or fp8 e4m3",
-        lambda s, a, i: not _kv_dtype_ok(s),
-        GraphLevel.NEVER,
-        "the decode kernel does not serve this KV dtype",
-    ),
-    GraphRule(
-        "fp8 KV on SM90 or SM12x",
-        lambda s, a, i: s.fp8_kv and a in (Arch.SM90, Arch.SM12X),
-        GraphLevel.NEVER,
-        "the spec is refused there: XQA computes in fp8 with an fp8 cache",
-    ),
-    GraphRule(
-        "DCP size > 1 (any architecture)",
-        lambda s, a, i: s.dcp_size > 1,
-        GraphLevel.UNIFORM_SINGLE_TOKEN_DECODE,
-        "with decode context parallelism only one-token decodes are graph-safe (varlen "
-        "decode is not, upstream on SM100 trtllm-gen)",
-    ),
-    GraphRule(
         "SM100, non-causal",
-        lambda s, a, i: a is Arch.SM100 and not s.causal,
+        lambda s, a: a is Arch.SM100 and not s.causal,
         GraphLevel.UNIFORM_SINGLE_TOKEN_DECODE,
         "trtllm-gen decode has no non-causal draft mask; one-token decodes (causal and "
         "non-causal agree) are captured",
     ),
     GraphRule(
-        "SM100, causal, DCP size 1, any speculative tokens",
-        lambda s, a, i: a is Arch.SM100,
+        "SM100, causal, any speculative tokens",
+        lambda s, a: a is Arch.SM100,
         GraphLevel.UNIFORM_BATCH,
         "trtllm-gen decode takes q_len_per_req = 1 + speculative tokens from plan buffers",
     ),
     GraphRule(
-        "SM90 or SM12x (XQA), causal or not, any speculative tokens, fp16/bf16 KV",
-        lambda s, a, i: a in (Arch.SM90, Arch.SM12X),
+        "SM90 or SM12x (XQA), causal or not, any speculative tokens",
+        lambda s, a: a in (Arch.SM90, Arch.SM12X),
         GraphLevel.UNIFORM_BATCH,
         "XQA decode reads q_len_per_req = 1 + speculative tokens and the bit-packed draft "
         "mask from plan buffers; uniform batches, speculative included, replay",
     ),
 )
+
+
+def _table_level(spec: AttentionSpec, arch: Arch | None) -> GraphSupport:
+    if arch is not None:
+        for rule in TABLE:
+            if rule.applies(spec, arch):
+                return GraphSupport(rule.level, f"{rule.condition}: {rule.reason}")
+    raise AssertionError(f"cudagraph TABLE has no row for a spec served on {arch}")
 
 
 def cudagraph_support(spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
@@ -99,8 +70,4 @@ def cudagraph_support(spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
     Mixed prefill/decode batches are never captured (no row says ALWAYS): the FlashInfer
     prefill plans on the host per batch.
     """
-    arch = arch_of(info)
-    for rule in TABLE:
-        if rule.applies(spec, arch, info):
-            return GraphSupport(rule.level, f"{rule.condition}: {rule.reason}")
-    raise AssertionError("cudagraph TABLE must end with rows that cover every architecture")
+    return unless_refused(attention_decision(spec, info), lambda: _table_level(spec, arch_of(info)))

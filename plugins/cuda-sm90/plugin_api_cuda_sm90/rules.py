@@ -123,27 +123,15 @@ RULES: tuple[Callable[[AttentionSpec, Arch], str | None], ...] = (
 )
 
 
-def _version_gates(spec: AttentionSpec, arch: Arch, info: DeviceInfo) -> Decision:
-    gates = []
-    if spec.num_speculative_tokens and DECODE_KERNEL[arch] == "xqa":
-        gates.append(versions.RAGGED_DECODE)
-    if spec.sliding_window is not None and arch is Arch.SM90:
-        gates.append(versions.SM90_SLIDING_WINDOW)
-    if spec.sliding_window is not None and spec.q_dtype == FP8:
-        gates.append(versions.FP8_QUERY_WINDOW)
-    return Decision.all_of(*(versions.check_gate(g, info) for g in gates))
-
-
 def attention_decision(spec: AttentionSpec, info: DeviceInfo) -> Decision:
     """Accept ``spec`` on the machine ``info`` describes, or reject it with every reason."""
     arch = arch_of(info)
     if arch is None:
         return Decision.reject("no SM90/SM100/SM12x NVIDIA GPU in this DeviceInfo")
     reasons = [r for rule in RULES if (r := rule(spec, arch)) is not None]
-    gates = _version_gates(spec, arch, info)
     installed = versions.check_installed(info)
     failing = Decision.all_of(
-        Decision.reject(*reasons) if reasons else Decision.accept(), gates, installed
+        Decision.reject(*reasons) if reasons else Decision.accept(), installed
     )
     if not failing:
         return failing

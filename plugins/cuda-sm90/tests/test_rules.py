@@ -80,12 +80,6 @@ REFUSED = [
         dict(causal=False, num_speculative_tokens=2),
         "trtllm-gen decode applies a causal draft mask only",
     ),
-    (
-        "window + fp8 query",
-        H200,
-        dict(query_dtype=FP8, sliding_window=64),
-        "sliding window with fp8 queries needs flashinfer-python==0.6.17",
-    ),
     ("not a GPU", MACHINES["xeon-cpu"], {}, "no SM90/SM100/SM12x NVIDIA GPU"),
     ("ampere", MACHINES["a100"], {}, "no SM90/SM100/SM12x NVIDIA GPU"),
 ]
@@ -123,22 +117,118 @@ def test_flashinfer_version_gates_the_whole_plugin(version: str | None, message:
     assert not d.ok and any(message in r for r in d.reasons), d.reasons
 
 
+# Inside the validated range a FlashInfer version decides nothing about a spec: the same
+# features are served at both ends of the range (no feature gate sits inside it).
+@pytest.mark.parametrize("version", ["0.7.4", "0.7.4.post1"])
 @pytest.mark.parametrize(
-    "version,kw,message",
+    "kw",
     [
-        ("0.6.16", dict(num_speculative_tokens=2), "ragged speculative decode (XQA q_cu_seq_lens)"),
-        ("0.6.16.post1", dict(sliding_window=32), "sliding window on the SM90 XQA decode"),
+        dict(num_speculative_tokens=2),
+        dict(sliding_window=32),
+        dict(sliding_window=32, has_sinks=True, num_speculative_tokens=3),
     ],
+    ids=["ragged", "window", "window-sinks-drafts"],
 )
-def test_feature_gates_name_the_installed_version(version: str, kw: dict, message: str) -> None:
+def test_features_are_served_across_the_validated_range(version: str, kw: dict) -> None:
     d = attention_decision(spec_of(**kw), with_flashinfer(H200, version))
-    assert not d.ok
-    (gate,) = [r for r in d.reasons if message in r]
-    assert f"installed: {version}" in gate
+    assert d.ok, d.reasons
+    assert d.reasons[-1] == f"flashinfer-python {version} (validated range <0.7.5,>=0.7.4)"
 
 
-def test_supports_is_the_implementation_decision() -> None:
-    impl = FlashInferAttention()
-    for kw in ({}, dict(head_size=80)):
-        spec = spec_of(**kw)
-        assert impl.supports(spec, H200) == attention_decision(spec, H200)
+# The implementation's ``supports`` (what the host asks) against hand-written expectations:
+# (machine, FlashInfer version, spec changes, accepted, the start of every reason in order).
+KEEP = "keep"  # the machine's own FlashInfer (0.7.4)
+IN_RANGE = "flashinfer-python 0.7.4 (validated range <0.7.5,>=0.7.4)"
+DECISIONS: list[tuple[str, DeviceInfo, str | None, dict, bool, tuple[str, ...]]] = [
+    ("h200", H200, KEEP, {}, True, ("sm90: xqa decode + FlashInfer FA2 paged prefill", IN_RANGE)),
+    (
+        "h200 sinks",
+        H200,
+        KEEP,
+        dict(has_sinks=True),
+        True,
+        ("sm90: xqa decode + FlashInfer FA2 paged prefill (sink-aware variant)", IN_RANGE),
+    ),
+    (
+        "b200 fp8 kv",
+        B200,
+        KEEP,
+        dict(kv_cache_dtype=FP8),
+        True,
+        ("sm100: trtllm-gen decode + FlashInfer FA2 paged prefill", IN_RANGE),
+    ),
+    (
+        "rtx window",
+        RTX,
+        "0.7.4.post1",
+        dict(sliding_window=64),
+        True,
+        ("sm12x: xqa decode", "flashinfer-python 0.7.4.post1 (validated range"),
+    ),
+    ("h200 head 80", H200, KEEP, dict(head_size=80), False, ("head_size=80: served sizes",)),
+    (
+        "h200 head 80 + soft cap + dcp",
+        H200,
+        KEEP,
+        dict(head_size=80, logits_soft_cap=5.0, dcp_size=2),
+        False,
+        ("head_size=80: served", "logits_soft_cap=5: XQA", "dcp_size=2: decode context"),
+    ),
+    (
+        "h200 fp8 query + window",
+        H200,
+        KEEP,
+        dict(query_dtype=FP8, sliding_window=64),
+        False,
+        ("query_dtype=torch.float8_e4m3fn: the xqa decode path here takes queries",),
+    ),
+    (
+        "h200 drafts, flashinfer 0.6.16",
+        H200,
+        "0.6.16",
+        dict(num_speculative_tokens=2),
+        False,
+        ("flashinfer-python 0.6.16 is outside the validated range <0.7.5,>=0.7.4",),
+    ),
+    (
+        "h200 window, flashinfer 0.7.5",
+        H200,
+        "0.7.5",
+        dict(sliding_window=32),
+        False,
+        ("flashinfer-python 0.7.5 is outside the validated range",),
+    ),
+    (
+        "h200 dcp, no flashinfer",
+        H200,
+        None,
+        dict(dcp_size=2),
+        False,
+        ("dcp_size=2: decode context", "flashinfer-python is not installed"),
+    ),
+    (
+        "b200 non-causal sinks",
+        B200,
+        KEEP,
+        dict(causal=False, has_sinks=True),
+        False,
+        ("sinks on the SM100 non-causal (trtllm-gen) path",),
+    ),
+    ("a100", MACHINES["a100"], KEEP, {}, False, ("no SM90/SM100/SM12x NVIDIA GPU",)),
+]
+
+
+@pytest.mark.parametrize(
+    "machine,version,kw,accepted,reasons",
+    [row[1:] for row in DECISIONS],
+    ids=[row[0] for row in DECISIONS],
+)
+def test_supports_against_a_hand_written_table(
+    machine: DeviceInfo, version: str | None, kw: dict, accepted: bool, reasons: tuple[str, ...]
+) -> None:
+    info = machine if version == KEEP else with_flashinfer(machine, version)
+    d = FlashInferAttention().supports(spec_of(**kw), info)
+    assert d.ok is accepted, d.reasons
+    assert len(d.reasons) == len(reasons), d.reasons
+    for got, want in zip(d.reasons, reasons, strict=True):
+        assert got.startswith(want), (got, want)

@@ -35,9 +35,15 @@ def test_doctor_lists_xpu_unavailable_with_what_it_would_provide():
 
 
 def test_kit_targeting_xpu_skips_with_the_probe_reason():
-    r = _run("-m", "pytest", "--plugin-api-backend=xpu", "-q", "-p", "no:cacheprovider")
+    """Skipping a backend unavailable here takes --plugin-api-skip-unavailable; without it the
+    kit stops with exit 4 and the probe's reason (a CI typo must not pass as a skipped run)."""
+    kit = ("-m", "pytest", "--plugin-api-backend=xpu", "-q", "-p", "no:cacheprovider")
+    r = _run(*kit, "--plugin-api-skip-unavailable")
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" not in r.stdout and " failed" not in r.stdout
-    assert "backend 'xpu' cannot run here" in r.stdout
+    assert "backend 'xpu' is unavailable on this machine" in r.stdout
     assert "torch.xpu.is_available() is False" in r.stdout
     assert "no op ran: every test was skipped" in r.stdout
+    stopped = _run(*kit)
+    assert stopped.returncode == 4
+    assert "backend 'xpu' is unavailable on this machine" in stopped.stdout + stopped.stderr

@@ -118,6 +118,36 @@ inline void run_ranges(Scratch& w, int R, int64_t kc, int64_t j0, int64_t j1) {
   }
 }
 
+// The keys [*ca, *cb) that every one of R rows sees, given each row's visible keys [a[r], b[r])
+// within [j0, j1); empty (*ca = *cb = j0) when no key is seen by all (a row seeing none included).
+inline void common_keys(int R, const int* a, const int* b, int j0, int j1, int* ca, int* cb) {
+  int lo = j0, hi = j1;
+  for (int r = 0; r < R; ++r) {
+    lo = std::max(lo, a[r]);
+    hi = std::min(hi, b[r]);
+  }
+  if (lo >= hi) lo = hi = j0;
+  *ca = lo;
+  *cb = hi;
+}
+
+// P.V that sums over visible keys only: a masked key's V row (which may hold NaN or Inf) never
+// meets a row's p = 0, since 0 * inf = NaN. The keys every row sees, [ca, cb) of common_keys, go
+// through all(ca, cb) for the R rows together (which also rescales the accumulators by alpha,
+// even over no keys); the keys only some rows see go through one(r, x, y) for row r alone (no
+// rescaling). Rows that see the same keys (a decode) take the one call of `all`.
+template <typename All, typename One>
+inline void pv_visible(int R, const int* a, const int* b, int j0, int j1, All&& all, One&& one) {
+  int ca, cb;
+  common_keys(R, a, b, j0, j1, &ca, &cb);
+  all(ca, cb);
+  for (int r = 0; r < R; ++r) {
+    if (a[r] >= b[r]) continue;
+    if (a[r] < std::min(b[r], ca)) one(r, a[r], std::min(b[r], ca));
+    if (std::max(a[r], cb) < b[r]) one(r, std::max(a[r], cb), b[r]);
+  }
+}
+
 // The dot layout over runs of whole blocks (run_blocks): the scores of every block and KV head
 
 // The matrix layout (attention_matrix.cpp): the rows of a many-row item (bf16 query as given in

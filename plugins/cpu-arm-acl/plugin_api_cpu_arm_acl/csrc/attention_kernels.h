@@ -202,7 +202,10 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
     for (int j = b[r]; j < jb; ++j) z[j] = kNegInf;
     Vec mx(kNegInf);
     for (int j = ja; j < jb; j += kV) mx = at::vec::maximum(mx, Vec::loadu(z + j));
-    const float m_new = std::max(m[r], reduce_max(mx));
+    // a visible NaN score keeps m NaN (std::max would drop it), so that finish_row makes the
+    // row NaN as IEEE's exp(z - m) would (exp_u20 maps NaN to a finite value)
+    const float mz = reduce_max(mx);
+    const float m_new = std::isnan(mz) ? mz : std::max(m[r], mz);
     const Vec mv(m_new);
     Vec sum(0.f);
     for (int j = ja; j < jb; j += kV) {

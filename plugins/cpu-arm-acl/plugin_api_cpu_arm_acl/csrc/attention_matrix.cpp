@@ -49,7 +49,8 @@ inline const c10::BFloat16* finish_panel(const c10::BFloat16* plain, c10::BFloat
 // softmax (scale applied to the scores), P rounded to bf16 (as the Triton kernels round p to the
 // model dtype for their P.V dot), then acc += P V by brgemm. K and V rows outside the item's key
 // range enter the panels as zeros (a cache block past a sequence's end holds whatever was there
-// before; 0 * NaN would poison the sum). vnni: B panels packed for oneDNN's AMX kernels
+// before; 0 * NaN would poison the sum), and so do the V rows of keys that only some of the
+// item's rows see (those rows add them one at a time: pv_visible's rule). vnni: B panels packed for oneDNN's AMX kernels
 // (cpublas::could_pack); otherwise torch's gemm runs on the plain panels, the same loops, so
 // that any machine tests them.
 void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BFloat16>& kv,
@@ -98,12 +99,17 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
         for (int64_t d = 0; d < D; d += kV) (Vec::loadu(a + d) * Vec(w.alpha[r])).store(a + d);
       }
     }
+    // the GEMM takes the V rows of the keys every row sees; a key only some rows see enters
+    // as zeros (its V may hold NaN or Inf: 0 * inf = NaN) and is added row by row below
+    int ca, cb;
+    common_keys(R, w.a.data(), w.b.data(), static_cast<int>(cj0), static_cast<int>(cj1), &ca,
+                &cb);
     for (int64_t d0 = 0; d0 < D; d0 += kPanel) {  // P.V, kPanel output columns at a time
       const int64_t wc = std::min(kPanel, D - d0);
       for (int64_t j = 0; j < n; j += kPanel) {
         const int64_t wn = std::min(kPanel, n - j);
         for (int64_t t = 0; t < wn; ++t) {  // V panel [wn][wc]
-          const BF* v = row(j + t, 1);
+          const BF* v = j + t >= ca && j + t < cb ? row(j + t, 1) : nullptr;
           if (v)
             std::memcpy(plain + t * wc, v + d0, sizeof(BF) * wc);
           else
@@ -112,6 +118,21 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
         blas::brgemm(R, wc, wn, lds, wc, D, true, w.pb + j,
                      finish_panel(plain, packed, wn, wc, vnni), w.acc + d0, vnni);
       }
+    }
+    for (int r = 0; r < R; ++r) {  // keys [a, b) outside [ca, cb): the row's p (bf16) times V
+      const int a = w.a[r], b = w.b[r];
+      if (a >= b) continue;
+      float* acc = w.acc + r * D;
+      auto add = [&](int x, int y) {
+        for (int j = x; j < y; ++j) {
+          const BF* v = row(j, 1);
+          const Vec p(static_cast<float>(w.pb[r * lds + j]));
+          for (int64_t d = 0; d < D; d += kV)
+            at::vec::fmadd(p, load_f32(v + d), Vec::loadu(acc + d)).store(acc + d);
+        }
+      };
+      if (a < std::min(b, ca)) add(a, std::min(b, ca));
+      if (std::max(a, cb) < b) add(std::max(a, cb), b);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <type_traits>
 
@@ -30,6 +31,9 @@ Scratch& scratch() {
 }
 
 namespace {
+
+// the alpha of a P.V call that adds to an accumulator already rescaled (pv_visible's `one`)
+constexpr float kOne = 1.f;
 
 // filled when the library loads, before any op can run
 [[maybe_unused]] const bool kFp8TableReady = (init_fp8_table(), true);
@@ -97,10 +101,22 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
                    st.mk.soft_cap, w.m, w.l, w.alpha);
       auto* pp = reinterpret_cast<uint32_t*>(w.pb);
       pair_probs(w.s, Rp, cj0, cj1, pp, Rp);
+      if (!full) run_ranges(w, R, kc, cj0, cj1);
       for (int64_t h = 0; h < heads; ++h) {
         LineQueue ahead = next_v(h);
-        pv(Rh, pp + h * Rh, Rp, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
-           w.alpha + h * Rh, w.acc + h * Rh * D, ahead);
+        const VRows<KT> v{vb[h], static_cast<int>(bs)};
+        const int64_t r0 = h * Rh;
+        auto all = [&](int x, int y) {
+          pv(Rh, pp + r0, Rp, v, D, x, y, w.alpha + r0, w.acc + r0 * D, ahead);
+        };
+        if (full) {
+          all(cj0, cj1);
+          continue;
+        }
+        pv_visible(Rh, w.a.data() + r0, w.b.data() + r0, cj0, cj1, all, [&](int r, int x, int y) {
+          LineQueue none;
+          pv(1, pp + r0 + r, Rp, v, D, x, y, &kOne, w.acc + (r0 + r) * D, none);
+        });
       }
       continue;
     }
@@ -110,8 +126,17 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
                 w.alpha);
     for (int64_t h = 0; h < heads; ++h) {
       LineQueue ahead = next_v(h);
-      pv(Rh, w.s + h * Rh * lds, lds, 1, VRows<KT>{vb[h], static_cast<int>(bs)}, D, cj0, cj1,
-         w.alpha + h * Rh, w.acc + h * Rh * D, ahead);
+      const VRows<KT> v{vb[h], static_cast<int>(bs)};
+      const int64_t r0 = h * Rh;
+      pv_visible(
+          Rh, w.a.data() + r0, w.b.data() + r0, cj0, cj1,
+          [&](int x, int y) {
+            pv(Rh, w.s + r0 * lds, lds, 1, v, D, x, y, w.alpha + r0, w.acc + r0 * D, ahead);
+          },
+          [&](int r, int x, int y) {
+            LineQueue none;
+            pv(1, w.s + (r0 + r) * lds, lds, 1, v, D, x, y, &kOne, w.acc + (r0 + r) * D, none);
+          });
     }
   }
 }
@@ -151,7 +176,16 @@ void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, 
     softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, 1.f,
                  st.mk.soft_cap, w.m, w.l, w.alpha);
     LineQueue none;  // the next block's V went out with its K above
-    pv(R, w.s, 1, Rp, VRows<float>{&vf, static_cast<int>(bs)}, D, j0, j1, w.alpha, w.acc, none);
+    const VRows<float> v{&vf, static_cast<int>(bs)};
+    auto all = [&](int x, int y) { pv(R, w.s, 1, Rp, v, D, x, y, w.alpha, w.acc, none); };
+    if (full) {
+      all(j0, j1);
+      continue;
+    }
+    run_ranges(w, R, kb, j0, j1);
+    pv_visible(R, w.a.data(), w.b.data(), j0, j1, all, [&](int r, int x, int y) {
+      pv(1, w.s + r, 1, Rp, v, D, x, y, &kOne, w.acc + r * D, none);
+    });
   }
 }
 
@@ -236,7 +270,13 @@ template <typename QT>
 void finish_row(const float* const* acc, const float* m, const float* l, int splits,
                 const float* sink, float v_scale, int64_t D, bool pair_split, QT* out) {
   float M = sink ? *sink : kNegInf;
-  for (int s = 0; s < splits; ++s) M = std::max(M, m[s]);
+  for (int s = 0; s < splits; ++s) {
+    if (std::isnan(m[s])) {  // a visible key's score was NaN: so is every output, per IEEE
+      std::fill(out, out + D, static_cast<QT>(std::numeric_limits<float>::quiet_NaN()));
+      return;
+    }
+    M = std::max(M, m[s]);
+  }
   if (M == kNegInf) {  // no visible key and no sink
     std::fill(out, out + D, static_cast<QT>(0.f));
     return;
