@@ -41,6 +41,11 @@ _LAZY = {
     "StateSpec": "plugin_api.ops.state",
     "copy_state_blocks": "plugin_api.ops.state",
     "zero_state_blocks": "plugin_api.ops.state",
+    "KVBlockPool": "plugin_api.kv_cache",
+    "KVCacheError": "plugin_api.kv_cache",
+    "KVCacheManager": "plugin_api.kv_cache",
+    "OutOfKVBlocks": "plugin_api.kv_cache",
+    "copy_kv_blocks": "plugin_api.kv_cache.tensors",
     "GraphLevel": "plugin_api.contract.graphs",
     "GraphSupport": "plugin_api.contract.graphs",
     "Decision": "plugin_api.contract.decision",
@@ -56,6 +61,8 @@ if TYPE_CHECKING:
     from .contract.decision import Decision, ImplPath
     from .contract.graphs import GraphLevel, GraphSupport
     from .contract.provenance import record_ops
+    from .kv_cache import KVBlockPool, KVCacheError, KVCacheManager, OutOfKVBlocks
+    from .kv_cache.tensors import copy_kv_blocks
     from .ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache, attention
     from .ops.gemm import GemmSpec, PackedWeight, mm, prepare, scaled_mm
     from .ops.quant import QuantSpec, per_token_group_quant
@@ -92,8 +99,12 @@ __all__ = [
     "GraphLevel",
     "GraphSupport",
     "ImplPath",
+    "KVBlockPool",
     "KVCache",
+    "KVCacheError",
+    "KVCacheManager",
     "OpFamily",
+    "OutOfKVBlocks",
     "PackedWeight",
     "PluginApiError",
     "PluginApiWarning",
@@ -109,6 +120,7 @@ __all__ = [
     "__version__",
     "attention",
     "backend_for",
+    "copy_kv_blocks",
     "copy_state_blocks",
     "hookimpl",
     "mm",
