@@ -4,8 +4,8 @@ The driver plays engine and device. It admits sequences (from prefix-cache hits 
 holds their first blocks), schedules batches of prefill chunks and decodes with draft tokens,
 runs each step's "forward" (the copy-on-write copies, then the writes, then the reads of every
 cached token), rejects drafts (truncate), forks, finishes, preempts and resumes, and evicts cache
-entries. Every choice comes from ``choose(n)``, so hypothesis can shrink a list of choices and a
-seeded ``random.Random`` can run long walks.
+entries. Every choice comes from ``choose(n)`` (``block_walk`` has what this walk shares with
+the state cache's).
 
 Device memory is ``block -> [label per slot]``. The label of position ``p`` of a sequence names
 its tokens ``0..p`` (interned: equal prefixes, equal label), which is what the K/V there depend
@@ -26,6 +26,8 @@ from plugin_api.kv_cache import (
     PrefixCache,
     Step,
 )
+
+from .block_walk import BlockWalk, drive
 
 GARBAGE = -1
 
@@ -50,10 +52,14 @@ class Seq:
     labels: list[int] = field(default_factory=list)
 
 
-class Walk:
+class Walk(BlockWalk[Seq]):
+    name_prefix = "s"
+    pool: KVBlockPool
+    cache: PrefixCache | None
+
     def __init__(self, cfg: WalkConfig, choose: Callable[[int], int]) -> None:
+        super().__init__(choose, max_live=cfg.max_seqs)
         self.cfg = cfg
-        self.choose = choose
         self.pool = KVBlockPool(cfg.pool_blocks)
         self.m = KVCacheManager(
             self.pool,
@@ -67,12 +73,6 @@ class Walk:
         bs = cfg.block_size
         self.mem: dict[int, list[int]] = {b: [GARBAGE] * bs for b in range(cfg.pool_blocks)}
         self.interned: dict[tuple[int, int], int] = {}
-        self.seqs: dict[str, Seq] = {}
-        self.preempted: list[Seq] = []
-        self.serial = 0
-        self.steps = 0
-        self.hits = 0
-        self.out_of_blocks = 0
         self.copies = 0
         self.forks = 0
         self.rejected = 0
@@ -96,7 +96,7 @@ class Walk:
 
     def event(self) -> None:
         kind = self.choose(20)
-        if kind < 3 or not self.seqs:
+        if kind < 3 or not self.live:
             self.admit()
         elif kind < 13:
             self.step()
@@ -117,16 +117,8 @@ class Walk:
         self.steps += 1
         self.check()
 
-    def pick(self) -> Seq:
-        names = list(self.seqs)
-        return self.seqs[names[self.choose(len(names))]]
-
-    def new_name(self) -> str:
-        self.serial += 1
-        return f"s{self.serial}"
-
     def admit(self) -> None:
-        if len(self.seqs) >= self.cfg.max_seqs:
+        if self.full():
             return
         cap = self.cap()
         group = self.choose(3)  # two shared system prompts, or none
@@ -151,16 +143,16 @@ class Walk:
             for p in range(len(hit) * bs):
                 assert self.mem[hit[p // bs]][p % bs] == seq.labels[p], "prefix hit holds wrong K/V"
         assert self.m.num_tokens(seq.name) == len(hit) * bs
-        self.seqs[seq.name] = seq
+        self.live[seq.name] = seq
 
     def step(self) -> None:
         """A batch: a random subset of sequences, each a prefill chunk or a decode with drafts."""
-        names = list(self.seqs)
+        names = list(self.live)
         chosen = [n for n in names if self.choose(3)] or [names[self.choose(len(names))]]
         work: list[tuple[Hashable, int]] = []
         drafts: dict[str, int] = {}
         for name in chosen:
-            seq = self.seqs[name]
+            seq = self.live[name]
             cached = self.m.num_tokens(name)
             room = seq.target - cached
             if room <= 0:
@@ -188,7 +180,7 @@ class Walk:
             assert self.snapshot() == before, "a refused schedule changed something"
             assert e.needed == needed > e.free == self.pool.num_free
             for name, d in drafts.items():  # the tokens were not scheduled
-                seq = self.seqs[name]
+                seq = self.live[name]
                 del seq.tokens[len(seq.tokens) - 1 - d :]
                 self.label_all(seq)
             if self.cache is not None and self.choose(2):
@@ -199,11 +191,11 @@ class Walk:
         assert len(step.fresh) == needed == len(set(step.fresh))
         self.forward(step, work)
         for name, d in drafts.items():  # accept some drafts, reject the rest
-            if d and name in self.seqs:
+            if d and name in self.live:
                 k = self.choose(d + 1)
                 if k < d:
                     self.rejected += 1
-                    seq = self.seqs[name]
+                    seq = self.live[name]
                     keep = self.m.num_tokens(name) - (d - k)
                     self.gone(self.m.truncate(name, keep).freed)
                     del seq.tokens[keep:]
@@ -228,7 +220,7 @@ class Walk:
             step.seq_ids, step.query_lens, step.seq_lens, step.block_tables, strict=True
         ):
             assert isinstance(name, str)
-            seq = self.seqs[name]
+            seq = self.live[name]
             assert table == self.m.table(name) and length == self.m.num_tokens(name)
             assert len(table) == -(-length // bs)
             for p in range(length - n, length):
@@ -241,7 +233,7 @@ class Walk:
                 t += 1
         assert t == step.num_tokens
         for name, length, table in zip(step.seq_ids, step.seq_lens, step.block_tables, strict=True):
-            labels = self.seqs[str(name)].labels
+            labels = self.live[str(name)].labels
             for p in range(length):
                 assert self.mem[table[p // bs]][p % bs] == labels[p], "attention read wrong K/V"
 
@@ -250,7 +242,7 @@ class Walk:
         if self.cache is None:
             return
         bs = self.cfg.block_size
-        for name, seq in self.seqs.items():
+        for name, seq in self.live.items():
             for i, b in enumerate(self.m.full_blocks(name)):
                 self.cache.insert(seq.labels[(i + 1) * bs - 1], b)
 
@@ -297,35 +289,24 @@ class Walk:
         for b in out.freed:
             assert self.pool.refcount(b) == 0
         self.gone(out.freed)
-        del self.seqs[seq.name]
+        del self.live[seq.name]
         if preempt:
             self.preempted.append(seq)
 
-    def resume(self) -> None:
-        if self.preempted and len(self.seqs) < self.cfg.max_seqs:
-            self.start(self.preempted.pop(self.choose(len(self.preempted))))
-
     def fork(self, parent: Seq) -> None:
-        if len(self.seqs) >= self.cfg.max_seqs:
+        if self.full():
             return
         cached = self.m.num_tokens(parent.name)
         child = Seq(self.new_name(), parent.tokens[:cached], parent.target)
         child.labels = parent.labels[:cached]
         self.m.fork(parent.name, child.name)
         assert self.m.table(child.name) == self.m.table(parent.name)
-        self.seqs[child.name] = child
+        self.live[child.name] = child
         self.forks += 1
 
     def gone(self, freed: tuple[int, ...] | list[int]) -> None:
         for b in freed:  # someone else may write a free block
             self.mem[b] = [GARBAGE] * self.cfg.block_size
-
-    def finish_all(self) -> None:
-        for seq in list(self.seqs.values()):
-            self.end(seq, preempt=False)
-        self.preempted.clear()
-        if self.cache is not None:
-            self.gone(self.cache.clear())
 
     # ---- invariants ------------------------------------------------------------------------
 
@@ -336,10 +317,10 @@ class Walk:
         return (tables, cache, self.pool.refcounts(), self.pool.free_ids())
 
     def check(self) -> None:
-        m, pool, bs = self.m, self.pool, self.cfg.block_size
-        owners = [0] * pool.num_blocks
-        assert set(m.sequences()) == set(self.seqs)
-        for name, seq in self.seqs.items():
+        m, bs = self.m, self.cfg.block_size
+        owners = [0] * self.pool.num_blocks
+        assert set(m.sequences()) == set(self.live)
+        for name, seq in self.live.items():
             table, n = m.table(name), m.num_tokens(name)
             assert n <= len(seq.tokens) == len(seq.labels)
             assert len(table) == -(-n // bs), "a table has blocks past its tokens, or too few"
@@ -347,23 +328,9 @@ class Walk:
             assert m.full_blocks(name) == table[: n // bs]
             for b in table:
                 owners[b] += 1
-        if self.cache is not None:
-            for b in self.cache.blocks():
-                owners[b] += 1
-        refs = pool.refcounts()
-        assert list(refs) == owners, "reference counts differ from the owners"
-        free = pool.free_ids()
-        assert len(set(free)) == len(free), "a block is on the free list twice"
-        assert set(free) == {b for b, r in enumerate(refs) if r == 0}, "free list != unowned"
+        self.check_books(owners)
 
 
 def run_walk(cfg: WalkConfig, choose: Callable[[int], int], events: int) -> Walk:
     """``events`` random events, then everything finished: the pool must be whole again."""
-    w = Walk(cfg, choose)
-    for _ in range(events):
-        w.event()
-    w.finish_all()
-    w.check()
-    assert not w.m.sequences()
-    assert w.pool.num_free == w.pool.capacity, "leak: blocks still held at the end"
-    return w
+    return drive(Walk(cfg, choose), events)

@@ -4,8 +4,7 @@ The driver plays engine and device. It admits requests (from prefix-cache hits w
 has their states), schedules prefill chunks and decode steps with draft tokens, runs each
 step's "forward" when the step completes, commits with a random accepted count, aborts,
 finishes, preempts and resumes, forks, and evicts cache entries. Every choice comes from
-``choose(n)``, so hypothesis can shrink a list of choices and a seeded ``random.Random`` can
-run long walks.
+``choose(n)`` (``block_walk`` has what this walk shares with the KV cache's).
 
 Device memory is a dict ``block -> label``. The label of the state after ``p`` tokens of a
 request names the token prefix (requests of one group share their first tokens; a forked
@@ -30,6 +29,8 @@ from plugin_api.state_cache import (
     StateCacheManager,
     StepBlocks,
 )
+
+from .block_walk import BlockWalk, drive
 
 ZERO = ("zero",)
 GARBAGE = ("garbage",)
@@ -67,10 +68,14 @@ class Req:
         raise AssertionError("unreachable: the last segment is unbounded")
 
 
-class Walk:
+class Walk(BlockWalk[Req]):
+    name_prefix = "q"
+    pool: BlockPool
+    cache: PrefixCache | None
+
     def __init__(self, cfg: WalkConfig, choose: Callable[[int], int]) -> None:
+        super().__init__(choose, max_live=cfg.max_requests)
         self.cfg = cfg
-        self.choose = choose
         self.pool = BlockPool(cfg.pool_blocks)
         self.m = StateCacheManager(
             self.pool,
@@ -84,19 +89,13 @@ class Walk:
                 self.pool, block_size=cfg.block_size, capacity=cfg.cache_entries
             )
         self.mem: dict[int, object] = dict.fromkeys(range(1, cfg.pool_blocks), GARBAGE)
-        self.reqs: dict[str, Req] = {}
-        self.preempted: list[Req] = []
-        self.serial = 0
-        self.steps = 0
-        self.hits = 0
-        self.out_of_blocks = 0
         self.accepted_drafts = 0
 
     # ---- events --------------------------------------------------------------------------
 
     def event(self) -> None:
         kind = self.choose(20)
-        if kind < 3 or not self.reqs:
+        if kind < 3 or not self.live:
             self.admit()
         elif kind < 14:
             self.advance(self.pick())
@@ -115,16 +114,8 @@ class Walk:
         self.steps += 1
         self.check()
 
-    def pick(self) -> Req:
-        names = list(self.reqs)
-        return self.reqs[names[self.choose(len(names))]]
-
-    def new_name(self) -> str:
-        self.serial += 1
-        return f"q{self.serial}"
-
     def admit(self) -> None:
-        if len(self.reqs) >= self.cfg.max_requests:
+        if self.full():
             return
         name = self.new_name()
         group = self.choose(3)  # two shared system prompts, or none
@@ -150,7 +141,7 @@ class Walk:
             len(hit.blocks) - 1 if hit and self.cfg.mode.traits.retires else 0
         )
         req.steps, req.stable = [], []
-        self.reqs[req.name] = req
+        self.live[req.name] = req
 
     def advance(self, req: Req) -> None:
         """Schedule the next step if the request may; otherwise complete its oldest step."""
@@ -185,7 +176,7 @@ class Walk:
         except OutOfStateBlocks:
             self.out_of_blocks += 1
             assert self.snapshot(req) == before, "a refused schedule changed something"
-            victims = [r for r in self.reqs.values() if r is not req]
+            victims = [r for r in self.live.values() if r is not req]
             self.end(victims[self.choose(len(victims))] if victims else req, preempt=True)
             return
         assert step.start == req.sched and step.num_tokens == n and step.num_drafts == drafts
@@ -233,17 +224,13 @@ class Walk:
         computed = self.m.computed(req.name)
         out = self.m.free(req.name)
         self.gone(out.freed)
-        del self.reqs[req.name]
+        del self.live[req.name]
         if preempt and computed < req.target:
             req.prompt = max(req.prompt, computed)  # recomputed on resume
             self.preempted.append(req)
 
-    def resume(self) -> None:
-        if self.preempted and len(self.reqs) < self.cfg.max_requests:
-            self.start(self.preempted.pop(self.choose(len(self.preempted))))
-
     def fork(self, parent: Req) -> None:
-        if parent.steps or len(self.reqs) >= self.cfg.max_requests:
+        if parent.steps or self.full():
             return
         c = self.m.computed(parent.name)
         if c == 0:
@@ -259,18 +246,11 @@ class Walk:
         for src, dst in f.copies:  # what copy_fork_blocks does to the tensors
             self.mem[dst] = self.mem[src]
         self.pool.mark_initialised([d for _, d in f.copies])
-        self.reqs[name] = child
+        self.live[name] = child
 
     def gone(self, freed: tuple[int, ...] | list[int]) -> None:
         for b in freed:  # someone else may write a free block
             self.mem[b] = GARBAGE
-
-    def finish_all(self) -> None:
-        for req in list(self.reqs.values()):
-            self.end(req, preempt=False)
-        self.preempted.clear()
-        if self.cache is not None:
-            self.gone(self.cache.clear())
 
     # ---- invariants ----------------------------------------------------------------------
 
@@ -285,10 +265,10 @@ class Walk:
         )
 
     def check(self) -> None:
-        cfg, m, pool = self.cfg, self.m, self.pool
-        owners = [0] * pool.num_blocks
-        assert set(m.requests()) == set(self.reqs)
-        for name, req in self.reqs.items():
+        cfg, m = self.cfg, self.m
+        owners = [0] * self.pool.num_blocks
+        assert set(m.requests()) == set(self.live)
+        for name, req in self.live.items():
             table, spec = m.table(name), m.spec_blocks(name)
             live = [b for b in table if b != NULL_BLOCK] + list(spec)
             assert len(set(live)) == len(live), f"{name} holds a block twice"
@@ -312,14 +292,7 @@ class Walk:
                 for i in range(known, complete):  # newly complete: the right state, then fixed
                     assert self.mem[table[i]] == req.label((i + 1) * cfg.block_size)
                     req.stable.append(table[i])
-        if self.cache is not None:
-            for b in self.cache.blocks():
-                owners[b] += 1
-        refs = pool.refcounts()
-        assert list(refs) == owners, "reference counts differ from the owners"
-        free = pool.free_ids()
-        assert len(set(free)) == len(free), "a block is on the free list twice"
-        assert len(free) == refs.count(0) - 1 and all(refs[b] == 0 for b in free)
+        self.check_books(owners)
 
     def bound(self, req: Req, table: tuple[int, ...], inflight: int) -> int:
         n = self.cfg.num_spec
@@ -333,11 +306,4 @@ class Walk:
 
 def run_walk(cfg: WalkConfig, choose: Callable[[int], int], events: int) -> Walk:
     """``events`` random events, then everything finished: the pool must be whole again."""
-    w = Walk(cfg, choose)
-    for _ in range(events):
-        w.event()
-    w.finish_all()
-    w.check()
-    assert not w.m.requests()
-    assert w.pool.num_free == w.pool.capacity, "leak: blocks still held at the end"
-    return w
+    return drive(Walk(cfg, choose), events)

@@ -21,8 +21,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..block_pool import check_count
 from .errors import KVCacheError, OutOfKVBlocks
-from .pool import KVBlockPool, check_count
+from .pool import KVBlockPool
 
 if TYPE_CHECKING:
     from ..ops.attention import AttentionBatch

@@ -24,9 +24,10 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from ..block_pool import check_count
 from .errors import StateCacheError
 from .modes import CacheMode, parse_mode
-from .pool import NULL_BLOCK, BlockPool, check_count
+from .pool import NULL_BLOCK, BlockPool
 from .prefix import PrefixHit
 
 
