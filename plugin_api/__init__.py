@@ -54,9 +54,11 @@ _LAZY = {
     "Backend": "plugin_api.backend",
     "backend_for": "plugin_api.backend",
     "process_backend": "plugin_api.backend",
+    "warm_up": "plugin_api._warm_up",
 }
 
 if TYPE_CHECKING:
+    from ._warm_up import warm_up
     from .backend import Backend, backend_for, process_backend
     from .contract.decision import Decision, ImplPath
     from .contract.graphs import GraphLevel, GraphSupport
@@ -131,5 +133,6 @@ __all__ = [
     "record_ops",
     "scaled_mm",
     "select_backend",
+    "warm_up",
     "zero_state_blocks",
 ]

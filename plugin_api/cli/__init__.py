@@ -25,6 +25,9 @@ from .doctor import (
     selection_text,
 )
 from .op_report import ops_report, ops_text
+from .version import version_report, version_text
+from .warm_up import add_arguments as add_warm_up_arguments
+from .warm_up import cmd_warm_up
 
 
 def _load(args: argparse.Namespace) -> Registry:
@@ -125,6 +128,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_version(args: argparse.Namespace) -> int:
+    data = version_report(read_settings())
+    _emit(args, data, version_text(data))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..backend import backend_for, process_backend
     from ..bench.cli import cmd_bench as run
@@ -136,7 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plugin-api", description="Hardware backends for LLM inference ops."
     )
-    sub = parser.add_subparsers(dest="verb", required=True)
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the host's version and API version and every installed plugin's and "
+        "integration's version, then exit",
+    )
+    parser.add_argument(
+        "--json", dest="version_json", action="store_true", help="with --version: as JSON"
+    )
+    sub = parser.add_subparsers(dest="verb")  # required unless --version: main checks
 
     def verb(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
         p = sub.add_parser(name, help=help, description=help)
@@ -166,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--seed", metavar="N", type=int, help="seed of the sampled GEMM cases (repeats a run)"
     )
+    warm_help = "build or load the kernels the selected backend runs for a model's layers"
+    add_warm_up_arguments(verb("warm-up", cmd_warm_up, warm_help))
     bench_help = "benchmark the ops against ceilings and baselines (docs/benchmarks.md)"
     bench = sub.add_parser("bench", help=bench_help, description=bench_help)
     bench.set_defaults(fn=cmd_bench)
@@ -174,7 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version != (args.verb is None) or (args.version_json and not args.version):
+        parser.error("give a verb, or --version alone (plugin-api --version [--json])")
+    if args.version:
+        args.fn, args.verb, args.json = cmd_version, "--version", args.version_json
     try:
         return int(args.fn(args))
     except (PluginApiError, ValueError) as e:
