@@ -42,7 +42,7 @@ def forward(model, attn, caches, step, ids: torch.Tensor) -> torch.Tensor:
         k = a.k_proj(x).view(t, -1, a.head_dim)
         v = a.v_proj(x).view(t, -1, a.head_dim)
         q, k = apply_rotary_pos_emb(q, k, cos[0], sin[0], unsqueeze_dim=1)
-        o = attn.run(q.contiguous(), k.contiguous(), v, cache, plan)  # writes K/V, attends
+        o = attn.run(q, k, v, cache, plan)  # writes K/V, attends
         h = h + a.o_proj(o.view(t, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
     return model.lm_head(m.norm(h[list(step.last_token_indices)]))

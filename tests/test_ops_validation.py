@@ -41,8 +41,9 @@ MUTATIONS = {
     "query dtype": (lambda c: {"query": _swap_dtype(c.query)}, "query"),
     "query rank": (lambda c: {"query": c.query.reshape(c.query.shape[0], -1)}, "query"),
     "query heads": (lambda c: {"query": c.query[:, :3].contiguous()}, "query"),
-    "query non-contiguous": (
-        lambda c: {"query": c.query.transpose(0, 1).contiguous().transpose(0, 1)},
+    # rows and heads may be strided (a fused QKV split); the last dim may not
+    "query last dim strided": (
+        lambda c: {"query": c.query.transpose(1, 2).contiguous().transpose(1, 2)},
         "query",
     ),
     "query too short": (lambda c: {"query": c.query[:2].contiguous()}, "query"),
@@ -52,6 +53,10 @@ MUTATIONS = {
     "key missing": (lambda c: {"key": None}, "key"),
     "value missing": (lambda c: {"value": None}, "value"),
     "value kv heads": (lambda c: {"value": c.value[:, :1].contiguous()}, "value"),
+    "value last dim strided": (
+        lambda c: {"value": c.value.transpose(1, 2).contiguous().transpose(1, 2)},
+        "value",
+    ),
     "cache dtype": (
         lambda c: {"cache": pa.KVCache(c.cache.data.to(torch.float16))},
         "kv_cache.data",

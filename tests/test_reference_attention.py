@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import plugin_api as pa
 from plugin_api.conformance.cases import make_case
-from plugin_api.conformance.test_attention import TOLERANCE
+from plugin_api.conformance.test_attention import TOLERANCE, assert_same_in_every_layout
 
 
 @functools.cache
@@ -72,3 +73,20 @@ def test_reference_matches_dense_oracle(step):
     torch.testing.assert_close(
         out[: case.num_tokens].float(), case.expected(), **TOLERANCE[spec.dtype]
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize(
+    "spec_tokens,batch",
+    [(0, ([1, 1, 7, 12], [20, 33, 7, 40], 2)), (3, ([4, 2, 9], [20, 31, 9], 2))],
+    ids=["prefill+decode", "spec-decode+prefill"],
+)
+def test_strided_query_gives_the_contiguous_result(dtype, spec_tokens, batch):
+    """A query with strided rows and heads (the split of a fused QKV output, padded heads,
+    head-major memory) gives exactly the output and cache write of its contiguous copy."""
+    spec = pa.AttentionSpec(
+        8, 2, 32, dtype, block_size=16, num_speculative_tokens=spec_tokens, has_sinks=True
+    )
+    qlens, slens, n_dec = batch
+    case = make_case(spec, qlens, slens, num_decodes=n_dec, device="cpu", seed=4, pad_rows=2)
+    assert_same_in_every_layout(reference(), case)

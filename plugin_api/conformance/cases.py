@@ -7,7 +7,7 @@ Used by the conformance kit, the host's tests and the benchmarks. The expected o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -34,6 +34,9 @@ class PagedCase:
     v_full: tuple[torch.Tensor, ...]
     written: torch.Tensor  # slots this step writes (int64, on CPU)
     num_tokens: int
+    # the buffer ``query`` is a view into (with ``key``/``value`` when it has the model dtype;
+    # ``with_query_layout``), or None
+    qkv: torch.Tensor | None = None
 
     def expected(self) -> torch.Tensor:
         """fp32 ``[num_tokens, num_heads, head_size]`` from the dense oracle."""
@@ -189,3 +192,51 @@ def _pad(x: torch.Tensor, rows: int) -> torch.Tensor:
     if not rows:
         return x
     return torch.cat([x, torch.zeros((rows, *x.shape[1:]), dtype=x.dtype)])
+
+
+# How ``with_query_layout`` lays a step's query, key and value out in memory.
+QUERY_LAYOUTS = ("fused-qkv", "padded-heads", "head-major")
+# elements between heads past ``head_size`` in the padded-heads layout: keeps every head vector
+# 16-byte aligned for every dtype, as a kernel reading vectors may require
+HEAD_PAD = 16
+
+
+def with_query_layout(case: PagedCase, layout: str) -> PagedCase:
+    """``case`` with the same values, ``query``/``key``/``value`` as strided views into one
+    buffer (``PagedCase.qkv``); every element of it outside the views is NaN, so a kernel that
+    reads or writes past a view shows it. ``H``/``KH`` heads of ``D``, ``T`` rows:
+
+    - ``fused-qkv``: an engine's fused projection output ``[T, (H + 2 * KH) * D]`` split into
+      ``[T, H, D]``, ``[T, KH, D]``, ``[T, KH, D]`` (row stride ``(H + 2 * KH) * D``).
+    - ``padded-heads``: as fused, with ``HEAD_PAD`` unused elements after each head (head
+      stride ``D + HEAD_PAD``).
+    - ``head-major``: ``[H + 2 * KH, T, D]`` memory seen as ``[T, heads, D]`` (row stride
+      ``D``, head stride ``T * D``).
+
+    A query dtype other than the model dtype gets a buffer of its own, of the same layout.
+    """
+    if layout not in QUERY_LAYOUTS:
+        raise ValueError(f"with_query_layout: layout={layout!r} is not one of {QUERY_LAYOUTS}")
+    s = case.spec
+    t, h, kh, d = case.query.shape[0], s.num_heads, s.num_kv_heads, s.head_size
+    dev = case.query.device
+    if layout == "head-major":
+        full = torch.full((h + 2 * kh, t, d), float("nan"), device=dev)
+    else:
+        pd = d + HEAD_PAD if layout == "padded-heads" else d
+        full = torch.full((t, h + 2 * kh, pd), float("nan"), device=dev)
+    qbuf = full.to(s.q_dtype)
+    buf = qbuf if s.q_dtype == s.dtype else full.to(s.dtype)
+
+    def heads(b: torch.Tensor, first: int, n: int) -> torch.Tensor:
+        if layout == "head-major":
+            return b[first : first + n].transpose(0, 1)
+        return b[:, first : first + n, :d]
+
+    query, key, value = heads(qbuf, 0, h), heads(buf, h, kh), heads(buf, h + kh, kh)
+    query.copy_(case.query)
+    if case.key is None or case.value is None:  # KV-sharing: the K/V lanes stay NaN
+        return replace(case, query=query, qkv=qbuf)
+    key.copy_(case.key)
+    value.copy_(case.value)
+    return replace(case, query=query, key=key, value=value, qkv=qbuf)

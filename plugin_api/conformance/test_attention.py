@@ -10,10 +10,10 @@ import torch
 from plugin_api.contract import OpFamily
 from plugin_api.contract.graphs import GraphLevel, GraphSupport
 from plugin_api.contract.provenance import record_ops
-from plugin_api.ops.attention import FP8, Attention, AttentionSpec
+from plugin_api.ops.attention import FP8, Attention, AttentionSpec, KVCache
 
 from . import oracle
-from .cases import PagedCase, make_case
+from .cases import QUERY_LAYOUTS, PagedCase, make_case, with_query_layout
 from .graph_claims import meaningless_graph_claim
 from .inputs import unchanged
 from .plugin import own_or_skip
@@ -74,7 +74,14 @@ def run_and_check(
     out = torch.full(case.query.shape, float("nan"), dtype=case.spec.dtype, device=device)
     with (
         record_ops() as calls,
-        unchanged(backend.id, query=case.query, key=case.key, value=case.value, sinks=case.sinks),
+        unchanged(
+            backend.id,
+            query=case.query,
+            key=case.key,
+            value=case.value,
+            sinks=case.sinks,
+            qkv=case.qkv,
+        ),
     ):
         attn.run(case.query, case.key, case.value, case.cache, plan, sinks=case.sinks, out=out)
     assert calls == [attn.provenance], "the op ran an implementation it did not resolve to"
@@ -83,6 +90,30 @@ def run_and_check(
     assert torch.isfinite(got).all(), "rows left unwritten (NaN) or non-finite output"
     torch.testing.assert_close(got, case.expected(), **TOLERANCE[case.spec.dtype])
     _check_cache(case, before)
+
+
+def assert_same_in_every_layout(backend: Backend, case: PagedCase) -> None:
+    """``case`` run with its contiguous query and with each of ``QUERY_LAYOUTS``, one plan and
+    a fresh copy of the cache each: the outputs and cache writes are bit for bit the same.
+
+    Not a kit test (the contract asks a strided query for the oracle's tolerance, which
+    ``test_strided_query`` checks); for a plugin's own tests, where its kernels read a view in
+    place and so must not change a bit of the result."""
+    own_or_skip(backend, OpFamily.ATTENTION, case.spec)
+    attn = Attention(case.spec, backend)
+    plan = attn.plan(case.batch)
+    n = case.num_tokens
+    results = {}
+    for layout in ("contiguous", *QUERY_LAYOUTS):
+        c = case if layout == "contiguous" else with_query_layout(case, layout)
+        assert layout == "contiguous" or not c.query.is_contiguous()
+        cache = KVCache(c.cache.data.clone(), c.cache.k_scale, c.cache.v_scale)
+        out = attn.run(c.query, c.key, c.value, cache, plan, sinks=c.sinks)
+        results[layout] = (out[:n].view(torch.uint8), cache.data.view(torch.uint8))
+    want_out, want_cache = results.pop("contiguous")
+    for layout, (got_out, got_cache) in results.items():
+        assert torch.equal(got_out, want_out), f"{layout}: the output differs from a dense query's"
+        assert torch.equal(got_cache, want_cache), f"{layout}: the cache write differs"
 
 
 def _check_cache(case: PagedCase, before: torch.Tensor) -> None:
@@ -150,6 +181,35 @@ def test_dtypes(
         spec_of(dtype=dtype, **FEATURES[feature]), q, L, num_decodes=nd, device=kit_device, seed=3
     )
     run_and_check(plugin_api_backend, kit_device, case)
+
+
+# steps for a strided query: (spec changes, batch); every batch shape and the spec features
+# whose kernels read the query differently (a sink, KV sharing's absent key/value, GQA groups)
+STRIDED_QUERY_STEPS: dict[str, tuple[dict[str, object], tuple[list[int], list[int], int]]] = {
+    "mixed": ({}, BATCHES["mixed"]),
+    "decode-only": ({}, BATCHES["decode-only"]),
+    "prefill-only": ({}, BATCHES["prefill-only"]),
+    "ragged-spec-decode": (dict(num_speculative_tokens=3), SPEC_BATCHES["ragged-spec-decode"]),
+    "mqa": (FEATURES["mqa"], BATCHES["mixed"]),
+    "sinks": (FEATURES["sinks"], BATCHES["mixed"]),
+    "kv-sharing": (FEATURES["kv-sharing"], BATCHES["mixed"]),
+    "fp8-kv": (FEATURES["fp8-kv"], BATCHES["mixed"]),
+}
+
+
+@pytest.mark.parametrize("step", list(STRIDED_QUERY_STEPS))
+@pytest.mark.parametrize("layout", QUERY_LAYOUTS)
+def test_strided_query(
+    plugin_api_backend: Backend, kit_device: torch.device, layout: str, step: str
+) -> None:
+    """``query`` (with ``key``/``value``) as a strided view: split from a fused QKV output, or
+    with padded heads. Nothing past the views is read (NaN there) or written, padding rows
+    included."""
+    changes, (q, L, nd) = STRIDED_QUERY_STEPS[step]
+    case = make_case(
+        spec_of(**changes), q, L, num_decodes=nd, device=kit_device, seed=17, pad_rows=3
+    )
+    run_and_check(plugin_api_backend, kit_device, with_query_layout(case, layout))
 
 
 def test_padding_rows_and_skipped_slots(

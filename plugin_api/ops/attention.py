@@ -514,6 +514,8 @@ class Attention:
           batch's token count (padding rows, never read back).
         - ``key``/``value`` ``[T, num_kv_heads, head_size]`` in ``spec.dtype``, or both None
           for a KV-sharing layer (which then writes nothing).
+        - ``query``, ``key`` and ``value`` need only a contiguous last dim: row and head
+          strides are free, so the three may be views into one fused QKV projection output.
         - ``sinks`` ``[num_heads]`` fp32, required iff ``spec.has_sinks``.
         - ``out`` ``[T, num_heads, head_size]`` in ``spec.dtype``; allocated when None.
         """
@@ -545,9 +547,15 @@ class Attention:
         self._check_owner(op, "plan", plan)
         if not isinstance(kv_cache, KVCache):
             raise TypeError(f"{op}: kv_cache must be a KVCache, got {type(kv_cache).__name__}")
-        q = checks.tensor(op, "query", query, dtypes={s.q_dtype}, ndim=3, contiguous=True)
+        q = checks.tensor(op, "query", query, dtypes={s.q_dtype}, ndim=3)
         t, dev = q.shape[0], q.device
         checks.tensor(op, "query", q, shape=(None, s.num_heads, s.head_size))
+        # rows and heads may be strided (the query part of a fused QKV output): kernels index
+        # them by stride and read each head's vector as one dense run
+        if q.stride(-1) != 1:
+            raise ValueError(
+                f"{op}: query must have a contiguous last dim (strides {tuple(q.stride())})"
+            )
         if t < plan.num_tokens:
             raise ValueError(f"{op}: query has {t} rows, the plan has {plan.num_tokens} tokens")
         if not checks.same_device(dev, plan.device):

@@ -248,6 +248,9 @@ def paged_attention(
 ) -> None:
     """Attend ``query`` ``[T, num_heads, head_size]`` into ``out`` (same shape, contiguous).
 
+    ``query`` needs only a contiguous last dim: rows and heads are read by stride (a view into
+    a fused QKV output reads in place).
+
     ``cache`` ``[num_blocks, 2, num_kv_heads, block_size, head_size]`` contiguous (fp8 or the
     query's dtype); ``sinks`` fp32 ``[num_heads]`` or None; metadata int32 on the device:
     ``tile_seq``/``tile_q0`` from ``tile_map``, ``query_start_loc`` ``[S + 1]``, ``seq_lens``

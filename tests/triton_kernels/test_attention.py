@@ -10,6 +10,7 @@ from plugin_api.conformance.cases import make_case
 from plugin_api.conformance.test_attention import (
     BATCHES,
     SPEC_BATCHES,
+    assert_same_in_every_layout,
     run_and_check,
     spec_of,
 )
@@ -73,6 +74,22 @@ def test_padding_rows_and_skipped_slots(triton_backend, triton_device):
     _check(
         triton_backend, triton_device, spec_of(), *BATCHES["mixed"], pad_rows=5, skip_tokens=(1, 4)
     )
+
+
+def test_strided_query_is_read_in_place(triton_backend, triton_device):
+    """Rows and heads of the query read by stride (a fused QKV split, padded heads,
+    head-major memory): the contiguous query's output and cache write, bit for bit, for
+    decode, multi-token decode and prefill rows in one launch."""
+    spec = spec_of(num_speculative_tokens=3, has_sinks=True)
+    case = make_case(
+        spec,
+        *SPEC_BATCHES["ragged-spec-decode"][:2],
+        num_decodes=3,
+        device=triton_device,
+        seed=6,
+        pad_rows=2,
+    )
+    assert_same_in_every_layout(triton_backend, case)
 
 
 @pytest.mark.parametrize("k_scale,v_scale", [(0.25, 2.0), (0.3, 1.7)], ids=["pow2", "inexact"])

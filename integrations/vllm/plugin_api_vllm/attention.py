@@ -244,8 +244,8 @@ class PluginApiAttentionImpl(AttentionImpl[PluginApiAttentionMetadata]):
             return output
         plan = attn_metadata.plans[self.spec]
         n = plan.num_tokens
-        # the query is a strided view of the fused QKV output; the op takes dense rows
-        q = query[:n].contiguous()
+        # query/key/value are strided views of the fused QKV output: the op reads them in place
+        q = query[:n]
         k = v = None
         if not self.spec.kv_sharing:
             k, v = key[:n], value[:n]

@@ -278,6 +278,8 @@ class CpuPagedAttention:
         sinks: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
+        """The kernels read ``query`` where it is, rows and heads by stride: the split of a
+        fused QKV output needs no copy (the op checks the last dim is contiguous)."""
         _extension().ops.forward(
             query=query,
             kv_cache=kv_cache.data,

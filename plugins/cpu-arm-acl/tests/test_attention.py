@@ -13,8 +13,13 @@ import torch
 from torch.utils.cpp_extension import include_paths
 
 from plugin_api.backend import backend_for
-from plugin_api.conformance.cases import make_case
-from plugin_api.conformance.test_attention import TOLERANCE, run_and_check, spec_of
+from plugin_api.conformance.cases import make_case, with_query_layout
+from plugin_api.conformance.test_attention import (
+    TOLERANCE,
+    assert_same_in_every_layout,
+    run_and_check,
+    spec_of,
+)
 from plugin_api.contract.graphs import GraphLevel
 from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
 from plugin_api.errors import BackendUnavailable
@@ -191,7 +196,10 @@ def test_ops_reject_bad_arguments_by_name():
         ahead_l1=False,
     )
     ops.forward(**args)  # as given: accepted
+    fused = with_query_layout(case, "fused-qkv").query
+    ops.forward(**{**args, "query": fused})  # rows and heads read by stride: accepted
     bad = {
+        "query": case.query.transpose(1, 2).contiguous().transpose(1, 2),
         "out": torch.empty(3, 8, spec.head_size, dtype=spec.dtype),
         "sinks": torch.zeros(8, dtype=torch.float64),
         "items": plan.items[:, :4].contiguous(),
@@ -251,6 +259,21 @@ def test_long_context_split_across_threads(backend, threads, feature):
     split = plan.impl_plan.reduce.shape[0] > 0
     assert split == (threads > 1), "a single long request must be split when threads > 1"
     run_and_check(backend, torch.device("cpu"), case)
+
+
+@native
+@pytest.mark.parametrize("mode", ["on", "off"], ids=["matrix", "vector"])
+def test_strided_query_is_read_in_place(monkeypatch, threads, mode):
+    """A query whose rows and heads are strided (a fused QKV split, padded heads, head-major)
+    is read by stride in every layout of the kernels, with no copy: decode items, a long
+    decode split across threads, multi-token decode and a prefill tile of many rows (rows or
+    matrix layout); the output and the cache write are the contiguous query's, bit for bit."""
+    monkeypatch.setenv(ATTENTION_MATRIX, mode)
+    spec = spec_of(num_heads=8, num_kv_heads=2, has_sinks=True, num_speculative_tokens=2)
+    case = make_case(
+        spec, [1, 3, 1, 40], [2100, 30, 17, 60], num_decodes=3, device="cpu", seed=8, pad_rows=2
+    )
+    assert_same_in_every_layout(backend_for("cpu-arm-acl"), case)
 
 
 @native

@@ -3,7 +3,13 @@ prefill rows by the FA2 paged prefill (its sink-aware variant when the spec has 
 
 ``plan`` runs once per step on the host batch (no device sync); ``forward`` per layer only
 launches kernels on plan buffers, so decode steps can be captured in CUDA graphs at the level
-``cudagraph_support`` states. KV-sharing layers arrive with ``key=None, value=None``: the host
+``cudagraph_support`` states.
+
+A strided query (the split of a fused QKV output) goes to the FA2 prefill as it is: it reads
+rows and heads by stride. The decode kernels read the query as dense ``[rows, H, D]`` (XQA
+takes a bare pointer; trtllm-gen is given the same dense rows), so ``forward`` copies the decode
+rows to a dense tensor when they are not, and names the copy (``note_kernel``,
+``DENSE_DECODE_QUERY``). KV-sharing layers arrive with ``key=None, value=None``: the host
 skips ``write_kv`` and nothing here reads K/V, so no placeholder is ever made.
 
 FlashInfer keeps a prefill plan inside its wrapper object, so each plan chain owns one wrapper:
@@ -19,6 +25,7 @@ import torch
 
 from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.contract.graphs import GraphSupport
+from plugin_api.contract.provenance import note_kernel
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
 
@@ -47,6 +54,19 @@ class _Workspaces:
 
 
 WORKSPACES = _Workspaces()
+
+# what ``note_kernel`` records when the decode rows of a strided query are copied to dense rows
+DENSE_DECODE_QUERY = "cuda-sm90 attention: a strided query's decode rows copied to dense rows"
+
+
+def dense_decode_rows(query: torch.Tensor, rows: int) -> torch.Tensor:
+    """``query[:rows]`` as the decode kernels read it: dense ``[rows, H, D]`` (a copy, noted
+    with ``note_kernel``, only when the rows are strided)."""
+    q = query[:rows]
+    if q.is_contiguous():
+        return q
+    note_kernel(DENSE_DECODE_QUERY)
+    return q.contiguous()
 
 
 class FlashInferAttention:
@@ -111,7 +131,9 @@ class FlashInferAttention:
         if plan.decode is not None:
             ws = WORKSPACES.get("decode", query.device, DECODE_WORKSPACE_BYTES)
             arch = self._arch_of(query.device)
-            calls.decode_call(spec, arch, plan, query, kv_cache, sinks, out, ws).invoke()
+            # the decode call covers the first decode_rows rows of whatever query it is given
+            q = dense_decode_rows(query, plan.decode_rows(query.shape[0]))
+            calls.decode_call(spec, arch, plan, q, kv_cache, sinks, out, ws).invoke()
         if plan.prefill is not None:
             calls.prefill_run_call(
                 spec, plan.prefill, plan.prefill_wrapper, query, kv_cache, sinks, out

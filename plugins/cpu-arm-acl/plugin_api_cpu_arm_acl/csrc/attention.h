@@ -12,11 +12,14 @@ namespace pa_attn {
 // Element types of the query, output, key/value rows and the cache.
 enum DType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2, kFP8 = 3 };
 
-// query/out [T, H, D] contiguous (model dtype), cache [nb, 2, KH, bs, D] (cache dtype),
-// block_table int32 [S, bt_stride], sinks fp32 [H] or null; items and reduce rows from make_plan,
-// partial_acc [P, D] and partial_ml [P, 2] fp32 for its P partial rows.
+// query [T, H, D] with a contiguous last dim, rows and heads at q_tok_stride and q_head_stride
+// elements (a view into a fused QKV output), out [T, H, D] contiguous (model dtype), cache
+// [nb, 2, KH, bs, D] (cache dtype), block_table int32 [S, bt_stride], sinks fp32 [H] or null;
+// items and reduce rows from make_plan, partial_acc [P, D] and partial_ml [P, 2] fp32 for its P
+// partial rows.
 struct ForwardArgs {
   const void* query;
+  int64_t q_tok_stride, q_head_stride;
   const void* cache;
   DType model_dtype, cache_dtype;
   const int32_t* block_table;

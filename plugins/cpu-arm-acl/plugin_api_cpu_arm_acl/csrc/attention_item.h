@@ -95,6 +95,7 @@ struct Step {
   int64_t bt_stride;
   const int32_t* seq_lens;
   bool ahead_l1;  // the dot layout prefetches the next block into L1, not L2 (see prefetch)
+  int64_t q_tok_stride, q_head_stride;  // query row and head strides (elements; last dim is 1)
 };
 
 // Where an item's K and V rows are: block b's K of the item's first KV head; head i of the item

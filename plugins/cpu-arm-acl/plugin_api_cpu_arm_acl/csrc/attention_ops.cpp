@@ -178,7 +178,13 @@ void forward_op(const Tensor& query, const Tensor& kv_cache, const Tensor& block
                 bool matrix, bool ahead_l1) {
   check_cache(kv_cache);
   const DType model = dtype_of(query, "query", false);
-  check(query, "query", query.scalar_type(), 3);
+  // query rows and heads are read by stride (a view into a fused QKV output); each head's
+  // vector is read as one dense run
+  TORCH_CHECK(query.device().is_cpu(), PA_OP, ": query must be a CPU tensor");
+  TORCH_CHECK(query.dim() == 3 && query.stride(2) == 1 && query.stride(0) >= 0 &&
+                  query.stride(1) >= 0,
+              PA_OP, ": query must be [num_tokens, heads, head_size] with a contiguous last dim, "
+              "got ", query.sizes(), " strides ", query.strides());
   check(out, "out", query.scalar_type(), 3);
   TORCH_CHECK(out.sizes() == query.sizes(), PA_OP, ": out has shape ", out.sizes(),
               ", query ", query.sizes());
@@ -209,6 +215,8 @@ void forward_op(const Tensor& query, const Tensor& kv_cache, const Tensor& block
   TORCH_CHECK(window >= 0, PA_OP, ": window=", window, " must be 0 (none) or positive");
   TORCH_CHECK(soft_cap >= 0, PA_OP, ": soft_cap=", soft_cap, " must be 0 (none) or positive");
   const ForwardArgs a{query.data_ptr(),
+                      query.stride(0),
+                      query.stride(1),
                       kv_cache.data_ptr(),
                       model,
                       dtype_of(kv_cache, "kv_cache", true),

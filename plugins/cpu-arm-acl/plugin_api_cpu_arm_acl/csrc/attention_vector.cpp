@@ -236,11 +236,12 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, La
 template <typename QT>
 void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch& w,
                   bool rows_layout, int64_t Rp, bool pair_split, bool bf16_dot) {
-  const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
+  const int64_t D = st.g.dim, G = st.g.group;
   const Rows rows{item[kQn] * G, G};
   const int R = static_cast<int>(rows.per_head * item[kHeads]);
   for (int r = 0; r < R; ++r) {
-    const QT* src = query + ((item[kQ0] + rows.token(r)) * H + rows.head(item[kKvh], r)) * D;
+    const QT* src = query + (item[kQ0] + rows.token(r)) * st.q_tok_stride +
+                    rows.head(item[kKvh], r) * st.q_head_stride;
     if (rows_layout) {
       for (int64_t d = 0; d < D; ++d) w.q[d * Rp + r] = static_cast<float>(src[d]) * st.scale;
     } else if (bf16_dot) {
@@ -460,7 +461,9 @@ void forward(const ForwardArgs& a) {
                 a.block_table,
                 a.bt_stride,
                 a.seq_lens,
-                a.ahead_l1};
+                a.ahead_l1,
+                a.q_tok_stride,
+                a.q_head_stride};
   const Buffers bufs{a.partial_acc, a.partial_ml, a.sinks, static_cast<float>(a.v_scale)};
   const bool vnni = a.matrix && matrix_engine();
   const bool ok = dispatch_model(a.model_dtype, [&](auto qtag) {
