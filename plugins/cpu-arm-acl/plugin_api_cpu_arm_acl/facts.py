@@ -6,11 +6,11 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from . import cpu_family, locate, settings
+from . import cpu_family, locate, prebuilt, settings
 
 
 def read() -> dict[str, str]:
-    found = locate.facts(settings.read().root) | cpu_family.facts()
+    found = locate.facts(settings.read().root) | cpu_family.facts() | prebuilt.facts()
     if locate.FACT_LIBRARY in found:
         from . import kernel_probe
         from .matmul_form import MatmulForm

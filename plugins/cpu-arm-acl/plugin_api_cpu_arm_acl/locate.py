@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import mmap
 import platform
-import re
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-
-import importlib_metadata
+from pathlib import Path
 
 from plugin_api.errors import PluginApiError
 
+from .native import header_version, wheel_file
 from .settings import ROOT
 
-LIB_WHEEL, DEVEL_WHEEL = "onednn-cpu-gomp", "onednn-devel-cpu-gomp"
+LIB_WHEEL, DEVEL_WHEEL = "onednn-cpu-gomp", "onednn-devel-cpu-gomp"  # also in setup.py's
 FACT_VERSION = "cpu-arm-acl.onednn_version"
 FACT_ACL = "cpu-arm-acl.onednn_acl"
 FACT_ROOT = "cpu-arm-acl.onednn_root"
@@ -52,8 +50,8 @@ def locate(root: str | None) -> OneDnnInstall:
         if not libs:
             raise OneDnnNotFound(f"{ROOT}={root}: no lib/libdnnl.so or lib64/libdnnl.so there")
         return _install(libs[0], base / "include", f"{ROOT}={root}")
-    lib = _wheel_file(LIB_WHEEL, "libdnnl.so")
-    header = _wheel_file(DEVEL_WHEEL, "dnnl_version.h", under="oneapi/dnnl")
+    lib = wheel_file(LIB_WHEEL, "libdnnl.so")
+    header = wheel_file(DEVEL_WHEEL, "dnnl_version.h", under="oneapi/dnnl")
     if lib is None or header is None:
         missing = [w for w, f in ((LIB_WHEEL, lib), (DEVEL_WHEEL, header)) if f is None]
         hint = (
@@ -81,31 +79,13 @@ def facts(root: str | None) -> dict[str, str]:
     }
 
 
-def _wheel_file(dist: str, name: str, under: str = "") -> Path | None:
-    try:
-        files = importlib_metadata.distribution(dist).files or []
-    except importlib_metadata.PackageNotFoundError:
-        return None
-    for f in files:
-        rel = PurePosixPath(str(f))  # the record's path, relative to site-packages
-        if rel.name == name and (not under or under in rel.as_posix()):
-            path = Path(str(f.locate())).resolve()
-            if path.exists():
-                return path
-    return None
-
-
 def _install(library: Path, include: Path, source: str) -> OneDnnInstall:
     header = include / "oneapi" / "dnnl" / "dnnl_version.h"
     if not header.exists():
         raise OneDnnNotFound(f"oneDNN headers not found at {include} ({source})")
-    text = header.read_text()
-    parts = [
-        re.search(rf"#define DNNL_VERSION_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")
-    ]
-    if not all(parts):
+    version = header_version(header)
+    if version is None:
         raise OneDnnNotFound(f"{header}: cannot read DNNL_VERSION_MAJOR/MINOR/PATCH ({source})")
-    version = ".".join(p.group(1) for p in parts if p)
     return OneDnnInstall(library.resolve(), include, version, _has_acl(library), source)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 
-from . import kernel_probe
+from . import kernel_probe, prebuilt
 from .isa import ARM, X86, bf16_matmul, int8_matmul_exact, isa_name
 from .locate import FACT_ACL, FACT_MISSING, FACT_ROOT, FACT_VERSION
 from .settings import ROOT
@@ -19,6 +19,9 @@ def probe(info: DeviceInfo) -> Availability:
     if info.machine not in ARM + X86:
         return Availability.unavailable(f"{info.machine}: not an Arm or x86-64 CPU")
     isa = isa_name(info)
+    refused = _prebuilt_refused(info)
+    if refused is not None:
+        return Availability.unavailable(f"{info.cpu_model} ({isa}): {refused}")
     version = info.fact(FACT_VERSION)
     if version is None:
         why = info.fact(FACT_MISSING) or "oneDNN library not found (no facts about it)"
@@ -30,6 +33,7 @@ def probe(info: DeviceInfo) -> Availability:
     if failed is not None:
         return Availability.unavailable(f"{info.cpu_model} ({isa}): {onednn} failed: {failed}")
     kernels = [line] if (line := kernel_probe.describe(info)) else []
+    kernels += [line] if (line := _native_origin(info)) else []
     if info.machine in ARM:
         if info.fact(FACT_ACL) == "yes":
             slow = kernel_probe.slow_bf16(info) if bf16_matmul(info) else None
@@ -63,3 +67,35 @@ def probe(info: DeviceInfo) -> Availability:
         int8,
         *kernels,
     )
+
+
+def _prebuilt_refused(info: DeviceInfo) -> str | None:
+    """Why the wheel's prebuilt libraries cannot load into the torch ``info`` describes."""
+    if info.fact(prebuilt.FACT_NATIVE) != "prebuilt" or info.torch is None:
+        return None
+    error = info.fact(prebuilt.FACT_MANIFEST_ERROR)
+    if error is not None:
+        return error
+    built = info.fact(prebuilt.FACT_BUILT_TORCH)
+    if built is None:
+        return f"the installed wheel records no torch version; {prebuilt.reinstall()}"
+    onednn = info.fact(prebuilt.FACT_BUILT_ONEDNN)
+    found = info.fact(FACT_VERSION)
+    if (
+        onednn is not None
+        and found is not None
+        and (why := prebuilt.onednn_mismatch(onednn, found))
+    ):
+        return why
+    abi = info.fact(prebuilt.FACT_TORCH_ABI)
+    built_abi = info.fact(prebuilt.FACT_BUILT_ABI) == "1"
+    torch_abi = None if abi is None else abi == "1"
+    return prebuilt.mismatch(built, built_abi, info.torch.version, torch_abi)
+
+
+def _native_origin(info: DeviceInfo) -> str | None:
+    """One line: the kernels come from the wheel, or are compiled here on first use."""
+    origin = info.fact(prebuilt.FACT_NATIVE)
+    if origin == "prebuilt":
+        return f"native kernels prebuilt for torch {info.fact(prebuilt.FACT_BUILT_TORCH)} (wheel)"
+    return prebuilt.JIT_NOTE if origin == "jit" else None
