@@ -219,6 +219,7 @@ def backend_for(
         strict=base.strict,
         plugins=base.plugins,
         probe_timeout=base.probe_timeout,
+        check_slot_mapping=base.check_slot_mapping,
     )
     return Backend(load_and_select(s, info))
 

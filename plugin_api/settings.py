@@ -21,6 +21,8 @@ HOST_SETTINGS: dict[str, str] = {
     "PLUGIN_API_PLUGINS": "comma-separated allow-list of plugin ids to load (default: all)",
     "PLUGIN_API_PROBE_TIMEOUT": "seconds a plugin may take to load and probe (default 10)",
     "PLUGIN_API_SELECTION": "a serialised selection (JSON) to reuse instead of probing",
+    "PLUGIN_API_CHECK_SLOT_MAPPING": "1 makes Attention.plan check each step's slot_mapping "
+    "against block_table and seq_lens (default 0; always on under PLUGIN_API_STRICT=1)",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -35,6 +37,7 @@ class Settings:
     plugins: frozenset[str] | None = None  # None means every installed plugin
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     selection_json: str | None = None
+    check_slot_mapping: bool = False
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -96,4 +99,9 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         plugins=plugins,
         probe_timeout=timeout,
         selection_json=env.get("PLUGIN_API_SELECTION"),
+        check_slot_mapping=parse_bool(
+            "PLUGIN_API_CHECK_SLOT_MAPPING", env["PLUGIN_API_CHECK_SLOT_MAPPING"]
+        )
+        if "PLUGIN_API_CHECK_SLOT_MAPPING" in env
+        else False,
     )

@@ -174,3 +174,25 @@ def test_kernel_names_reach_every_active_recorder():
         with record_kernels() as inner:
             note_kernel("b")
     assert outer == ["a", "b"] and inner == ["b"]
+
+
+def test_attention_plan_cost_beside_the_decode_step(tiny_run):
+    """Each decode-kind attention case gets Attention.plan and the slot-mapping check timed on
+    its batch, against its own median from the same run."""
+    data, progress = tiny_run
+    decodes = [d for d in data["cases"] if d["family"] == "attention" and d["params"]["kind"]
+               in ("decode", "spec-decode")]  # fmt: skip
+    entries = data["attention_plan"]
+    assert [e["case"] for e in entries] == [d["name"] for d in decodes] and entries
+    for e, d in zip(entries, decodes, strict=True):
+        assert e["impl"] == "reference" and e["slot_check_in_plan"] is False
+        assert e["step_s"] == d["time_s"]["median"]
+        assert e["plan_s"] > 0 and e["checks_s"] > 0 and e["checks_with_slot_check_s"] > 0
+        assert e["slot_check_s"] == e["checks_with_slot_check_s"] - e["checks_s"]
+        assert e["plan_fraction_of_step"] == pytest.approx(e["plan_s"] / e["step_s"])
+        assert e["plan_budget_s"] == max(1e-4, 0.05 * e["step_s"])
+        assert e["rounds"] >= TINY.min_samples
+    assert "attention plan per step: Attention.plan and the slot-mapping check ..." in progress
+    table = table_text(data)
+    assert "attention plan per step (Attention.plan = host checks + reference plan" in table
+    assert f"  {entries[0]['case']}: plan " in table

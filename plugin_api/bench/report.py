@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict
 from typing import Any
 
-from . import lm_head_argmax, state_manager
+from . import lm_head_argmax, plan_cost, state_manager
 from .cases import ALL, FAMILIES, QUICK, Family
 from .ceilings import Ceilings
 from .harness import Stats
@@ -136,6 +136,7 @@ def run_dict(run: BenchRun) -> dict[str, Any]:
         "cases": [case_dict(r, c) for r in run.results],
         "state_manager": run.state_manager.to_dict() if run.state_manager else None,
         "lm_head_argmax": run.lm_head_argmax.to_dict() if run.lm_head_argmax else None,
+        "attention_plan": [p.to_dict() for p in run.attention_plan],
     }
 
 
@@ -242,6 +243,7 @@ def table_text(data: dict[str, Any]) -> str:
     extra = state_manager.lines(data["state_manager"]) if data.get("state_manager") else []
     if data.get("lm_head_argmax"):
         extra += lm_head_argmax.lines(data["lm_head_argmax"])
+    extra += plan_cost.lines(data.get("attention_plan") or [])
     return "\n".join([*header_lines(data), "", line(head), *map(line, rows), *extra])
 
 

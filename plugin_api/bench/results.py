@@ -13,6 +13,7 @@ from .cases import Case
 from .ceilings import Bound, Ceilings
 from .harness import CacheSize, Method, Stats
 from .lm_head_argmax import ArgmaxFlips
+from .plan_cost import PlanCost
 from .state_manager import ManagerCost
 
 Status = Literal["ok", "unsupported", "error"]
@@ -60,3 +61,4 @@ class BenchRun:
     command: str = ""
     state_manager: ManagerCost | None = None
     lm_head_argmax: ArgmaxFlips | None = None
+    attention_plan: tuple[PlanCost, ...] = ()

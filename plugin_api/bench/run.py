@@ -20,7 +20,7 @@ import torch
 from ..backend import Backend
 from ..contract.provenance import record_kernels, record_ops
 from ..errors import FallbackRefused, UnsupportedSpec
-from . import harness, lm_head_argmax, state_manager
+from . import harness, lm_head_argmax, plan_cost, state_manager
 from .baselines import Baseline
 from .cases import Case, Family, select
 from .ceilings import Ceilings, copy_buffer_bytes, measure_bandwidth, measure_ceilings
@@ -149,6 +149,10 @@ def run_bench(
         results.append(r)
         say("    " + progress_line(r, ceilings))
     ctx.fixtures.clear()
+    plans: tuple[plan_cost.PlanCost, ...] = ()
+    if plan_cost.measured_steps(results):
+        say("attention plan per step: Attention.plan and the slot-mapping check ...")
+        plans = plan_cost.measure(backend, results, method, sync, ctx)
     if measured_here and any(r.bound == "memory" for r in results):
         say("measuring the copy bandwidth again (the ceiling is the better of the two) ...")
         copy_bytes = copy_buffer_bytes(llc.bytes)
@@ -181,4 +185,5 @@ def run_bench(
         command=command,
         state_manager=manager,
         lm_head_argmax=argmax,
+        attention_plan=plans,
     )

@@ -166,21 +166,22 @@ def _quant(case: QuantCase, ctx: Context) -> Workload:
     return Workload(run, (bl.quant_eager(x, case.group, case.dtype, eps, q_ref, s_ref),))
 
 
-@setup.register
-def _attention(case: AttentionCase, ctx: Context) -> Workload:
-    b, length, n, bs = case.batch, case.context, case.q_len, case.block_size
-    spec = AttentionSpec(
+def attention_spec(case: AttentionCase) -> AttentionSpec:
+    return AttentionSpec(
         case.num_heads,
         case.num_kv_heads,
         case.head_size,
         case.dtype,
-        block_size=bs,
-        num_speculative_tokens=n - 1 if case.kind == "spec-decode" else 0,
+        block_size=case.block_size,
+        num_speculative_tokens=case.q_len - 1 if case.kind == "spec-decode" else 0,
     )
-    op = attention(spec, ctx.backend)
+
+
+def attention_batch(case: AttentionCase, ctx: Context) -> tuple[AttentionBatch, int]:
+    """The case's step (every sequence ``context`` long, its last ``q_len`` tokens new) over
+    a cache of the returned number of blocks."""
+    b, length, n, bs = case.batch, case.context, case.q_len, case.block_size
     per_seq = -(-length // bs)
-    cache = op.allocate_kv_cache(b * per_seq + 1)
-    fill_(cache.data, ctx)
     # blocks in shuffled order, so the kernel really follows the block table
     order = torch.randperm(b * per_seq + 1, generator=ctx.generator())[: b * per_seq]
     table = order.view(b, per_seq).to(torch.int32)
@@ -193,6 +194,16 @@ def _attention(case: AttentionCase, ctx: Context) -> Workload:
         slot_mapping=slots,
         num_decodes=0 if case.kind == "prefill" else b,
     )
+    return batch, b * per_seq + 1
+
+
+@setup.register
+def _attention(case: AttentionCase, ctx: Context) -> Workload:
+    b, length, n = case.batch, case.context, case.q_len
+    op = attention(attention_spec(case), ctx.backend)
+    batch, num_blocks = attention_batch(case, ctx)
+    cache = op.allocate_kv_cache(num_blocks)
+    fill_(cache.data, ctx)
     plan = op.plan(batch)
     d, h, kh = case.head_size, case.num_heads, case.num_kv_heads
     query = filled((b * n, h, d), case.dtype, ctx)

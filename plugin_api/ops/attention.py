@@ -7,6 +7,7 @@ index 1 selects K (0) or V (1). The exact math is in docs/ops.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -239,31 +240,93 @@ class DecodeLayout:
 def decode_layout(batch: AttentionBatch) -> DecodeLayout:
     """Uniform when every decode request has the same query length, else ragged. CPU only."""
     n = batch.num_decodes
-    lens = batch.query_lens[:n]
-    tokens = int(lens.sum()) if n else 0
+    if n == 0:
+        return _decode_layout(0, 0, 0, 0)
+    starts = batch.query_start_loc[: n + 1]
+    lo, hi = (int(v) for v in torch.aminmax(starts[1:] - starts[:-1]))
+    return _decode_layout(n, int(starts[n]) - int(starts[0]), lo, hi)
+
+
+def _decode_layout(n: int, tokens: int, lo: int, hi: int) -> DecodeLayout:
+    """The layout of ``n`` decodes of ``tokens`` query tokens, ``lo..hi`` per request."""
     if n == 0:
         return DecodeLayout(0, 0, True, None, "no decode requests this step")
-    first = int(lens[0])
-    if bool((lens == first).all()):
-        return DecodeLayout(n, tokens, True, first, f"all {n} decodes have {first} query token(s)")
-    lo, hi = int(lens.min()), int(lens.max())
+    if lo == hi:
+        return DecodeLayout(n, tokens, True, lo, f"all {n} decodes have {lo} query token(s)")
     return DecodeLayout(
         n, tokens, False, None, f"decode query lengths vary ({lo}..{hi}): ragged offsets"
     )
 
 
 def validate_batch(
-    spec: AttentionSpec, batch: AttentionBatch, num_blocks: int | None = None
+    spec: AttentionSpec,
+    batch: AttentionBatch,
+    num_blocks: int | None = None,
+    *,
+    check_slots: bool = True,
 ) -> int:
     """Check ``batch`` against ``spec`` (and, given ``num_blocks``, against a KV cache of that
-    many blocks); return the largest physical block id it uses."""
-    return _validate_batch(spec, batch, num_blocks)[0]
+    many blocks); return the largest physical block id it uses. ``check_slots``: also check
+    that every new token's slot is the one its block table gives it (``check_slot_mapping``)."""
+    return _validate_batch(spec, batch, num_blocks, check_slots).max_block
+
+
+def check_slot_mapping(spec: AttentionSpec, batch: AttentionBatch) -> None:
+    """Check that ``batch.slot_mapping`` agrees with ``block_table`` and ``seq_lens``.
+
+    Sequence ``i`` with query length ``q`` and length ``s`` writes positions ``s - q .. s - 1``;
+    the token at position ``p`` must go to slot ``block_table[i, p // block_size] *
+    block_size + p % block_size``, or be -1 (not written: padding, KV sharing). Raises
+    ``ValueError`` naming the token, its sequence and position, and the slot the table gives.
+    Runs the other checks of ``validate_batch`` too. Specs with ``dcp_size > 1`` keep only a
+    part of each sequence per rank, with their own slot layout: they are not checked here.
+    """
+    _validate_batch(spec, batch, None, True)
+
+
+# the first position of each block-table column, made once per (width, block size): a
+# sequence reads column c iff c * block_size < its length (compared against, never written)
+@functools.lru_cache(maxsize=64)
+def _column_starts(width: int, block_size: int) -> torch.Tensor:
+    return torch.arange(0, width * block_size, block_size, dtype=torch.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _rows(n: int) -> torch.Tensor:
+    """``0..n-1`` (int64), made once per ``n``; read, never written."""
+    return torch.arange(n)
+
+
+@functools.lru_cache(maxsize=64)
+def _row_starts(n: int, width: int) -> torch.Tensor:
+    """Where each of ``n`` rows of a ``width``-column table starts in its flat index."""
+    return torch.arange(0, n * width, width)
+
+
+def _int(t: torch.Tensor) -> int:
+    """A one-element tensor's value (``item()`` is the cheapest way out of a CPU tensor)."""
+    return int(t.item())
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckedBatch:
+    """What checking a batch learns: its largest block id, the entry that holds it (for run()'s
+    error against a smaller cache), its decode layout and its token count."""
+
+    max_block: int
+    source: str
+    decode: DecodeLayout
+    num_tokens: int
 
 
 def _validate_batch(
-    spec: AttentionSpec, batch: AttentionBatch, num_blocks: int | None
-) -> tuple[int, str]:
-    """``validate_batch``, also returning which batch entry holds the largest block id."""
+    spec: AttentionSpec, batch: AttentionBatch, num_blocks: int | None, check_slots: bool
+) -> _CheckedBatch:
+    """``validate_batch``, also returning which batch entry holds the largest block id and the
+    decode layout.
+
+    Runs on every step (its plan serves every layer), so each check is a whole-tensor torch op
+    (a few microseconds each on the CPU) and only a handful of scalars reach Python."""
     op = "attention.plan"
     if num_blocks is not None:
         checks.positive_int(op, "num_blocks", num_blocks)
@@ -284,81 +347,141 @@ def _validate_batch(
     slots = checks.tensor(
         op, "batch.slot_mapping", batch.slot_mapping, dtypes={torch.int64}, ndim=1, device=cpu
     )
-    if n and int(qsl[0]) != 0:
-        raise ValueError(f"{op}: batch.query_start_loc[0]={int(qsl[0])}, must be 0")
-    qlens = qsl[1:] - qsl[:-1]
-    if n and int(qlens.min()) < 1:
+    if not 0 <= batch.num_decodes <= n:
+        raise ValueError(f"{op}: batch.num_decodes={batch.num_decodes} not in [0, {n}]")
+    if n == 0:
+        return _CheckedBatch(-1, "", _decode_layout(0, 0, 0, 0), 0)
+    first_start, tokens = _int(qsl[0]), _int(qsl[n])
+    if first_start != 0:
+        raise ValueError(f"{op}: batch.query_start_loc[0]={first_start}, must be 0")
+    qlens = torch.diff(qsl)
+    first_pos = seq_lens - qlens  # the position of each sequence's first new token
+    if _int(qlens.min()) < 1:
         bad = int((qlens < 1).nonzero()[0])
         raise ValueError(f"{op}: batch.query_start_loc gives sequence {bad} no query tokens")
-    if n and bool((seq_lens < qlens).any()):
-        bad = int((seq_lens < qlens).nonzero()[0])
+    if _int(first_pos.min()) < 0:
+        bad = int((first_pos < 0).nonzero()[0])
         raise ValueError(
             f"{op}: batch.seq_lens[{bad}]={int(seq_lens[bad])} is shorter than its query "
             f"length {int(qlens[bad])}"
         )
-    tokens = int(qsl[-1]) if n else 0
     if slots.shape[0] < tokens:
         raise ValueError(
             f"{op}: batch.slot_mapping has {slots.shape[0]} entries for {tokens} tokens"
         )
-    if not 0 <= batch.num_decodes <= n:
-        raise ValueError(f"{op}: batch.num_decodes={batch.num_decodes} not in [0, {n}]")
     limit = 1 + spec.num_speculative_tokens
-    if batch.num_decodes and int(qlens[: batch.num_decodes].max()) > limit:
+    nd = batch.num_decodes
+    lo_q, hi_q = (_int(v) for v in torch.aminmax(qlens[:nd])) if nd else (0, 0)
+    if hi_q > limit:
         raise ValueError(
-            f"{op}: a decode request has {int(qlens[: batch.num_decodes].max())} query tokens; "
+            f"{op}: a decode request has {hi_q} query tokens; "
             f"decodes carry at most 1 + num_speculative_tokens = {limit} (decodes come first)"
         )
-    bs = spec.block_size
-    if n:
-        needed = (seq_lens + bs - 1) // bs
-        if int(needed.max()) > table.shape[1]:
-            raise ValueError(
-                f"{op}: batch.block_table has {table.shape[1]} columns; a sequence of "
-                f"{int(seq_lens.max())} tokens needs {int(needed.max())} blocks of {bs}"
-            )
-        cols = torch.arange(table.shape[1]).unsqueeze(0)
-        read = cols < needed.unsqueeze(1)  # the entries the sequences' lengths make us read
-        used = table[read]
-        if used.numel() and int(used.min()) < 0:
-            raise ValueError(f"{op}: batch.block_table holds a negative block id in a used entry")
-        masked = torch.where(read, table, -1)  # contiguous, whatever the table's strides
-        where = int(masked.argmax())  # the largest entry read, and where it is
-        max_block = int(masked.view(-1)[where]) if used.numel() else -1
-    else:
-        max_block = where = -1
-    table_source = ""
-    if max_block >= 0:
-        r, c = divmod(where, table.shape[1])
-        table_source = (
-            f"batch.block_table[{r}, {c}]={max_block} (read for batch.seq_lens[{r}]="
-            f"{int(seq_lens[r])})"
+    layout = _decode_layout(nd, _int(qsl[nd]), lo_q, hi_q)
+    bs, width = spec.block_size, int(table.shape[1])
+    longest = _int(seq_lens.max())
+    if -(-longest // bs) > width:
+        raise ValueError(
+            f"{op}: batch.block_table has {width} columns; a sequence of "
+            f"{longest} tokens needs {-(-longest // bs)} blocks of {bs}"
         )
+    # the entries the sequences' lengths make us read
+    read = _column_starts(width, bs) < seq_lens.unsqueeze(1)
+    # unread entries become 0: never below a real id, and column 0 is always read, so the
+    # first maximum is a read entry
+    masked = torch.where(read, table, 0)  # contiguous, whatever the table's strides
+    if _int(masked.min()) < 0:
+        r, c = (int(v) for v in (masked < 0).nonzero()[0])
+        raise ValueError(
+            f"{op}: batch.block_table[{r}, {c}]={int(table[r, c])} is a negative block id, read "
+            f"for batch.seq_lens[{r}]={int(seq_lens[r])}"
+        )
+    top, where = masked.view(-1).max(0)
+    max_block = _int(top)
+    r, c = divmod(_int(where), width)
+    length = _int(seq_lens[r])
+    table_source = (
+        f"batch.block_table[{r}, {c}]={max_block} (read for batch.seq_lens[{r}]={length})"
+    )
     if num_blocks is not None and max_block >= num_blocks:
         raise ValueError(
             f"{op}: {table_source} is past the KV cache's {num_blocks} blocks "
             f"(num_blocks={num_blocks})"
         )
     real = slots[:tokens]
-    if real.numel() and int(real.min()) < -1:
-        raise ValueError(f"{op}: batch.slot_mapping holds {int(real.min())}; slots are >= 0 or -1")
-    written = real[real >= 0]
-    if torch.unique(written).numel() != written.numel():
-        raise ValueError(f"{op}: batch.slot_mapping writes one slot twice")
-    max_slot = int(real.max()) if real.numel() else -1
-    slot_block = max_slot // bs if max_slot >= 0 else -1
-    slot_source = ""
-    if slot_block >= 0:
-        t = int(real.argmax())
-        slot_source = f"batch.slot_mapping[{t}]={max_slot} (block {slot_block})"
+    consistent = check_slots and spec.dcp_size == 1
+    if consistent:
+        # implies every slot is -1 or in a block this batch reads (so below max_block)
+        _check_slots_follow_table(op, bs, qsl, seq_lens, table, real, first_pos, tokens)
+    # sorted distinct slots: the smallest, the largest, and whether one is written twice
+    values, counts = torch.unique(real, return_counts=True)
+    lo, hi = _int(values[0]), _int(values[-1])
+    if lo < -1:
+        raise ValueError(f"{op}: batch.slot_mapping holds {lo}; slots are >= 0 or -1")
+    written = counts[1:] if lo == -1 else counts
+    if written.numel() and _int(written.max()) > 1:
+        at = int(written.argmax()) + (lo == -1)
+        slot = int(values[at])
+        twice = (real == slot).nonzero().view(-1).tolist()
+        raise ValueError(
+            f"{op}: batch.slot_mapping writes slot {slot} for tokens {twice}; each slot takes "
+            "at most one token per step"
+        )
+    slot_block = hi // bs if hi >= 0 else -1
+    if consistent or slot_block < 0:
+        return _CheckedBatch(max_block, table_source, layout, tokens)
+    t = int(real.argmax())
+    slot_source = f"batch.slot_mapping[{t}]={hi} (block {slot_block})"
     if num_blocks is not None and slot_block >= num_blocks:
         raise ValueError(
             f"{op}: {slot_source} is past the KV cache's {num_blocks} blocks "
             f"(num_blocks={num_blocks}, block_size={bs})"
         )
     if slot_block > max_block:
-        return slot_block, slot_source
-    return max_block, table_source
+        return _CheckedBatch(slot_block, slot_source, layout, tokens)
+    return _CheckedBatch(max_block, table_source, layout, tokens)
+
+
+def _check_slots_follow_table(
+    op: str,
+    bs: int,
+    qsl: torch.Tensor,
+    seq_lens: torch.Tensor,
+    table: torch.Tensor,
+    real: torch.Tensor,
+    first_pos: torch.Tensor,
+    tokens: int,
+) -> None:
+    """``check_slot_mapping`` on checked tensors: lengths fit the table, query lengths >= 1."""
+    n, width = int(seq_lens.shape[0]), int(table.shape[1])
+    if tokens == n:  # one new token per sequence: token i is sequence i's, at first_pos[i]
+        seq = _rows(n)
+        pos = first_pos.long()
+        row_start = _row_starts(n, width)
+    else:
+        tok = torch.arange(tokens, dtype=torch.int32)
+        seq = torch.searchsorted(qsl[1:], tok, right=True)
+        pos = (tok + (first_pos - qsl[:-1])[seq]).long()
+        row_start = seq * width
+    # int64 throughout: block * block_size may pass 2**31 on a large cache
+    col = torch.div(pos, bs, rounding_mode="floor")
+    expected = (pos % bs).add_(table.take(row_start + col), alpha=bs)
+    if torch.equal(expected, real):
+        return
+    wrong = (real != expected) & (real != -1)  # -1: the token is not written (padding)
+    if not bool(wrong.any()):
+        return
+    t = int(wrong.nonzero()[0])
+    i, p = int(seq[t]), int(pos[t])
+    c, s = p // bs, int(seq_lens[i])
+    block = int(table[i, c])
+    q = int(qsl[i + 1]) - int(qsl[i])
+    raise ValueError(
+        f"{op}: batch.slot_mapping[{t}]={int(real[t])} for sequence {i} position {p}; "
+        f"batch.block_table[{i}, {c}]={block} and block_size {bs} give slot "
+        f"{block * bs + p % bs} (batch.seq_lens[{i}]={s} with {q} query token(s): positions "
+        f"{s - q}..{s - 1} are new)"
+    )
 
 
 class AttentionImplementation(Protocol):
@@ -439,6 +562,10 @@ class Attention:
         self.backend = backend or process_backend()
         impl, self.provenance = self.backend.implementation_for(OpFamily.ATTENTION, spec)
         self.impl: AttentionImplementation = impl
+        settings = self.backend.selected.settings
+        # plan() checks slot_mapping against the block table when asked, or under strict: the
+        # check costs more than 2% of a small decode layer (docs/benchmarks.md), so it is opt-in
+        self.checks_slot_mapping = settings.strict or settings.check_slot_mapping
 
     @property
     def device(self) -> torch.device:
@@ -464,9 +591,10 @@ class Attention:
         """Validate ``batch`` and build this step's plan. ``reuse`` (an earlier plan of this
         op) lets graph-capable implementations refill the same buffers. ``num_blocks`` (the KV
         cache's) checks every block the batch reads or writes here, naming the batch entry;
-        without it ``run()`` checks against the cache it is given."""
-        max_block, source = _validate_batch(self.spec, batch, num_blocks)
-        layout = decode_layout(batch)
+        without it ``run()`` checks against the cache it is given. With
+        ``PLUGIN_API_CHECK_SLOT_MAPPING=1`` or ``PLUGIN_API_STRICT=1`` the batch's
+        ``slot_mapping`` is also checked against its block table (``check_slot_mapping``)."""
+        checked = _validate_batch(self.spec, batch, num_blocks, self.checks_slot_mapping)
         if reuse is not None:
             if not isinstance(reuse, AttentionPlan) or reuse.spec != self.spec:
                 raise TypeError("attention.plan: reuse must be a plan of this Attention")
@@ -477,11 +605,11 @@ class Attention:
             self.spec,
             batch,
             impl_plan,
-            batch.num_tokens if batch.num_seqs else 0,
-            max_block,
-            layout,
+            checked.num_tokens,
+            checked.max_block,
+            checked.decode,
             self.device,
-            max_block_source=source,
+            max_block_source=checked.source,
             impl=self.impl,
         )
 
@@ -658,6 +786,7 @@ __all__ = [
     "Provenance",
     "allocate_kv_cache",
     "attention",
+    "check_slot_mapping",
     "decode_layout",
     "kv_cache_shape",
     "validate_batch",

@@ -215,20 +215,21 @@ class CpuPagedAttention:
                 "for it (torch.backends.mkldnn disabled, or ONEDNN_MAX_CPU_ISA below AMX?); set "
                 f"{ATTENTION_MATRIX}=off to run the vector kernels, or =on to accept torch's gemm"
             )
-        tokens = batch.num_tokens if batch.num_seqs else 0
+        n = batch.num_seqs
+        tokens = int(batch.query_start_loc[n].item()) if n else 0
         # The plan owns copies of the tables its kernels trust (the host checked these values
         # against the cache): a caller refilling its batch tensors before run() cannot send
         # the kernels out of bounds. Only the block-table columns the sequences reach.
         seq_lens = batch.seq_lens.clone(memory_format=torch.contiguous_format)
         bs = spec.block_size
-        cols = int((int(seq_lens[: batch.num_seqs].max()) + bs - 1) // bs) if batch.num_seqs else 0
+        cols = -(-int(seq_lens.max().item()) // bs) if n else 0
         block_table = batch.block_table[:, : max(cols, 1)].clone(
             memory_format=torch.contiguous_format
         )
         items, reduce, rows = ops.plan(
             query_start_loc=batch.query_start_loc.contiguous(),
             seq_lens=seq_lens,
-            num_seqs=batch.num_seqs,
+            num_seqs=n,
             group=spec.num_heads // spec.num_kv_heads,
             kv_heads=spec.num_kv_heads,
             block_size=spec.block_size,
