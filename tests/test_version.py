@@ -22,6 +22,7 @@ import plugin_api
 from plugin_api._version import HOST_API_VERSION, source_tree_version
 
 from .distributions import write_plugin
+from .test_cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECTS = sorted(
@@ -48,17 +49,6 @@ def packages_of(pyproject: Path) -> list[Path]:
     config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     include = config["tool"]["setuptools"]["packages"]["find"]["include"]
     return [pyproject.parent / pattern.rstrip("*") for pattern in include]
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PLUGIN_API_")}
-    return subprocess.run(
-        [sys.executable, "-m", "plugin_api", *args],
-        capture_output=True,
-        text=True,
-        env=base | (env or {}),
-        timeout=120,
-    )
 
 
 # ---- one source -----------------------------------------------------------------------------
