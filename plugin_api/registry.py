@@ -155,22 +155,24 @@ def _conform(
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
+class PluginEntry:
+    """One installed plugin's entry point: its id, distribution, version and descriptor module."""
+
     id: str
     distribution: str
     version: str
     module: str
 
 
-def discover() -> tuple[list[_Entry], list[PluginRecord]]:
+def discover() -> tuple[list[PluginEntry], list[PluginRecord]]:
     """Entry points of group ``plugin_api.backends``: usable entries, and id conflicts."""
-    by_id: dict[str, list[_Entry]] = {}
+    by_id: dict[str, list[PluginEntry]] = {}
     for ep in importlib_metadata.entry_points(group=GROUP):
         name, version = dist_name_version(ep.dist)
-        entry = _Entry(id=ep.name, distribution=name, version=version, module=ep.value)
+        entry = PluginEntry(id=ep.name, distribution=name, version=version, module=ep.value)
         by_id.setdefault(ep.name, []).append(entry)
     if REFERENCE_ID not in by_id:  # running from a source tree that was never installed
-        by_id[REFERENCE_ID] = [_Entry(REFERENCE_ID, "plugin-api", __version__, _REFERENCE_EP)]
+        by_id[REFERENCE_ID] = [PluginEntry(REFERENCE_ID, "plugin-api", __version__, _REFERENCE_EP)]
     entries, conflicts = [], []
     for backend_id, found in sorted(by_id.items()):
         if len(found) == 1:
@@ -197,7 +199,8 @@ def discover() -> tuple[list[_Entry], list[PluginRecord]]:
 # ---- loading -----------------------------------------------------------------------------------
 
 
-def _describe(entry: _Entry) -> BackendDescriptor:
+def read_descriptor(entry: PluginEntry) -> BackendDescriptor:
+    """Import the entry's descriptor module and return its ``DESCRIPTOR`` (light: no torch)."""
     module = import_module(entry.module)
     desc = getattr(module, "DESCRIPTOR", None)
     if not isinstance(desc, BackendDescriptor):
@@ -316,9 +319,9 @@ class _Progress:
     descriptor: BackendDescriptor | None = None
 
 
-def _load(entry: _Entry, progress: _Progress) -> pluggy.PluginManager:
+def _load(entry: PluginEntry, progress: _Progress) -> pluggy.PluginManager:
     """Describe, check and register one plugin."""
-    desc = progress.descriptor = _describe(entry)
+    desc = progress.descriptor = read_descriptor(entry)
     progress.stage = "compat"
     if not desc.supports_host(HOST_API_VERSION):
         raise _Incompatible(
@@ -332,7 +335,7 @@ def _load(entry: _Entry, progress: _Progress) -> pluggy.PluginManager:
 
 
 def _load_all(
-    entries: Sequence[_Entry], timeout: float
+    entries: Sequence[PluginEntry], timeout: float
 ) -> tuple[list[PluginRecord], list[tuple[PluginRecord, pluggy.PluginManager]]]:
     progress = [_Progress() for _ in entries]
     tasks = [_Task(functools.partial(_load, e, p)) for e, p in zip(entries, progress, strict=True)]

@@ -16,11 +16,11 @@ import importlib_metadata
 from .._version import DISTRIBUTION, HOST_API_VERSION, __version__
 from ..device_info import dist_name_version, installed_version
 from ..integrations import GROUP as INTEGRATIONS_GROUP
-from ..registry import REFERENCE_ID, _describe, _Entry, discover
+from ..registry import REFERENCE_ID, PluginEntry, discover, read_descriptor
 from ..settings import Settings
 
 
-def _plugin(entry: _Entry, allowed: frozenset[str] | None) -> dict[str, Any]:
+def _plugin(entry: PluginEntry, allowed: frozenset[str] | None) -> dict[str, Any]:
     d: dict[str, Any] = {
         "id": entry.id,
         "distribution": entry.distribution,
@@ -29,7 +29,7 @@ def _plugin(entry: _Entry, allowed: frozenset[str] | None) -> dict[str, Any]:
     if allowed is not None and entry.id not in allowed:  # nothing of it may be imported
         return d | {"excluded": "excluded by PLUGIN_API_PLUGINS"}
     try:
-        desc = _describe(entry)
+        desc = read_descriptor(entry)
     except Exception as e:  # a broken descriptor is shown with its error, never dropped
         return d | {"error": f"describe: {type(e).__name__}: {e}"}
     return d | {"host_api": desc.host_api, "supports_host": desc.supports_host(HOST_API_VERSION)}
