@@ -24,7 +24,8 @@ What it asserts, in order:
   folder (XDG_CACHE_HOME, where a JIT build would go) stays empty; the time is printed;
 - ``plugin-api doctor``, ``plugin-api check`` on reference and cpu-arm-acl, and the README's
   "Using the ops" block exit 0 (and print no NumPy warning when the host declares numpy);
-- every prebuilt library of the wheel (each ISA variant) loads and answers a call;
+- every prebuilt library of the wheel that this CPU runs (each ISA variant it has) loads and
+  answers a call; the others are listed, not loaded;
 - a manifest recording another torch minor makes the probe refuse cpu-arm-acl, with the reason;
 - uninstalling one plugin leaves ``plugin-api list`` working with the others.
 """
@@ -93,10 +94,17 @@ print(json.dumps({"import_s": t1 - t0, "first_call_s": t2 - t1, "loaded": loaded
 LOAD_ONE = """
 import sys
 import torch
-from plugin_api_cpu_arm_acl import prebuilt
+from plugin_api.device_info import read_device_info
+from plugin_api_cpu_arm_acl import native, prebuilt
 from plugin_api_cpu_arm_acl.locate import locate
 kind, variant = sys.argv[1:]
-if kind == "gemm":
+# a variant for a wider ISA than this CPU's may fault on load: it is reported, not loaded
+isa = next(v for v in (native.GEMM_VARIANTS if kind == "gemm" else native.ISA_PATHS)
+           if v.name == variant)
+missing = sorted(isa.needs - read_device_info().cpu_flags)
+if missing:
+    print("not loaded: this CPU lacks " + " ".join(missing))
+elif kind == "gemm":
     prebuilt.preload_onednn(locate(None).library)
     prebuilt.load_library(prebuilt.gemm_library(variant))
     print("oneDNN", torch.ops.pa_cpu_onednn.onednn_version())
@@ -387,13 +395,15 @@ def check_wheels(dist: Path, work: Path) -> dict[str, float]:
             f"{time.perf_counter() - started:.0f} s"
         )
 
-    # every variant the wheel carries loads and answers here (the CPU runs each x86 level)
+    # every variant the wheel carries that this CPU runs loads and answers here
     code = "import plugin_api_cpu_arm_acl.prebuilt as p; print(p.MANIFEST.read_text())"
     manifest = json.loads(venv.run("python", "-I", "-c", code, cwd=outside).stdout)
     for kind in ("gemm", "attention"):
         for variant in manifest[kind]:
             one = venv.run("python", "-I", "-", kind, variant, stdin=LOAD_ONE, cwd=outside)
-            log(f"prebuilt {kind} {variant}: loads, {one.stdout.strip()}")
+            said = one.stdout.strip()
+            loaded = not said.startswith("not loaded")
+            log(f"prebuilt {kind} {variant}: {'loads, ' if loaded else ''}{said}")
     compiled = calls.read_text() if calls.exists() else ""
     expect(compiled == "", f"a compiler or ninja ran:\n{compiled}")
     expect(files_under(cache) == [], f"the cache folder is not empty: {files_under(cache)[:10]}")
@@ -455,6 +465,15 @@ def main() -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary venv and files")
     args = parser.parse_args()
+    machine = os.uname().machine
+    if machine != "x86_64" and not os.environ.get("PLUGIN_API_ONEDNN_ROOT"):
+        # oneDNN's PyPI wheels are x86_64 only; elsewhere the native build needs a oneDNN
+        log(
+            f"skipped on {machine}: the cpu-arm-acl wheel compiles against oneDNN, which has no "
+            "PyPI wheel here; set PLUGIN_API_ONEDNN_ROOT to a oneDNN build "
+            "(plugins/cpu-arm-acl/README.md) to check the wheels on this machine"
+        )
+        return 0
     work = Path(tempfile.mkdtemp(prefix="plugin-api-wheels-"))
     dist = args.dist or work / "dist"
     dist.mkdir(parents=True, exist_ok=True)
