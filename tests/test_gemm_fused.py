@@ -13,15 +13,23 @@ import torch
 import plugin_api as pa
 from plugin_api.conformance import oracle
 from plugin_api.conformance.test_gemm import TOLERANCE
+from plugin_api.device_info import read_device_info
 
 BF16, FP16, FP32, INT8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 K = 256
 QKV = (256, 64, 64)  # GQA's q/k/v (4096/1024/1024) scaled down
 BACKENDS = ["reference", "cpu-arm-acl"]
 # Every output column is its own dot product over K, so a backend whose kernels keep their
-# K order whatever N is gives the fused parts bit for bit. Measured so on x86 (oneDNN, panels);
-# elsewhere (ACL on Arm) a kernel may block by N, so the parts only get the kit's tolerance.
-BITWISE = {"reference": True, "cpu-arm-acl": platform.machine() in ("x86_64", "AMD64")}
+# K order whatever N is gives the fused parts bit for bit. Measured so on x86 with AVX-512 BF16
+# and no AMX (oneDNN, panels, GEMV); elsewhere (AVX2's f32 gemm may split K across threads by
+# shape, AMX tiles, ACL on Arm) the kernels may differ by N, so the parts get the kit's tolerance.
+_FLAGS = read_device_info().cpu_flags
+BITWISE = {
+    "reference": True,
+    "cpu-arm-acl": platform.machine() in ("x86_64", "AMD64")
+    and "avx512_bf16" in _FLAGS
+    and "amx_bf16" not in _FLAGS,
+}
 
 
 def _weights(dtype: torch.dtype, parts: tuple[int, ...] = QKV, seed: int = 0) -> list[torch.Tensor]:
