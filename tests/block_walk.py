@@ -112,3 +112,13 @@ def drive(walk: W, events: int) -> W:
     assert not walk.live
     assert walk.pool.num_free == walk.pool.capacity, "leak: blocks still held at the end"
     return walk
+
+
+def chooser(choices: list[int]) -> Callable[[int], int]:
+    """A walk's ``choose`` that replays ``choices`` (hypothesis shrinks them), then picks 0."""
+    it = iter(choices)
+
+    def choose(n: int) -> int:
+        return next(it, 0) % n
+
+    return choose

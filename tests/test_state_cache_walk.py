@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from plugin_api.state_cache import CacheMode
 
+from .block_walk import chooser
 from .state_cache_walk import WalkConfig, run_walk
 
 MIN_STEPS = 100_000
@@ -65,9 +66,4 @@ def walk_configs(draw: st.DrawFn) -> WalkConfig:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=walk_configs(), choices=st.lists(st.integers(0, 1 << 16), min_size=200, max_size=1000))
 def test_hypothesis_traces_keep_every_invariant(cfg: WalkConfig, choices: list[int]) -> None:
-    it = iter(choices)
-
-    def choose(n: int) -> int:
-        return next(it, 0) % n
-
-    run_walk(cfg, choose, events=len(choices) // 2)
+    run_walk(cfg, chooser(choices), events=len(choices) // 2)
