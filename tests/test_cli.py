@@ -218,3 +218,21 @@ def plugin_api_implementations(family):
     said = r.stdout + r.stderr
     assert "PLUGIN_API_BACKEND='fx-half' failed to load" in said
     assert "lacks method quantize" in said
+
+
+@pytest.mark.parametrize(
+    "env,checks",
+    [
+        ({}, False),
+        ({"PLUGIN_API_CHECK_SLOT_MAPPING": "1"}, True),
+        ({"PLUGIN_API_STRICT": "1"}, True),
+    ],
+    ids=["default", "setting", "strict"],
+)
+def test_doctor_says_whether_plan_checks_slot_mapping(env, checks):
+    r = cli("doctor", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["selection"]["checks_slot_mapping"] is checks
+    text = cli("doctor", env=env).stdout
+    line = next(ln for ln in text.splitlines() if ln.startswith("batch check:"))
+    assert ("not checked" not in line) is checks, line

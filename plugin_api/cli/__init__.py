@@ -81,6 +81,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 1
     data["selection"] = selection_dict(sel)
     text.append(selection_text(sel))
+    # the same rule as Attention's: strict, or the setting, makes plan() check slot_mapping
+    data["selection"]["checks_slot_mapping"] = checks = (
+        settings.strict or settings.check_slot_mapping
+    )
+    text.append(
+        "batch check: attention.plan checks slot_mapping against block_table and seq_lens"
+        if checks
+        else "batch check: slot_mapping not checked against block_table "
+        "(PLUGIN_API_CHECK_SLOT_MAPPING=1 or PLUGIN_API_STRICT=1 turns it on)"
+    )
     backend = Backend(LoadedSelection(sel, registry, settings))
     ops = ops_report(backend)
     data["ops"] = ops
