@@ -112,10 +112,25 @@ def test_check_json_runs_the_kit_and_reports_ops():
     r = cli("check", "--json")
     assert r.returncode == 0, r.stdout[-2000:]
     data = json.loads(r.stdout)
-    assert data["passed"] and data["backend"] == "reference"
+    assert data["passed"] and data["backend"] == "reference" and data["cases"] is None
     assert set(data["families"]) == {"attention", "gemm", "quant", "state"}
     assert all(k.startswith("reference:") for p in data["paths"].values() for k in p)
     assert data["ops"][0]["layers"][0]["graph"]["level"] == "NEVER"
+
+
+def test_check_k_runs_a_named_subset_and_says_so():
+    r = cli("check", "--json", "-k", "quant")
+    assert r.returncode == 0, r.stdout[-2000:]
+    data = json.loads(r.stdout)
+    assert data["passed"] and data["cases"] == "quant" and set(data["families"]) == {"quant"}
+    text = cli("check", "-k", "quant").stdout
+    assert "conformance kit on reference (only the cases matching -k 'quant'):" in text
+
+
+def test_check_k_matching_nothing_fails():
+    r = cli("check", "-k", "no_such_case")
+    assert r.returncode == 5
+    assert "no kit case matches -k 'no_such_case'" in r.stdout and "result: FAIL" in r.stdout
 
 
 SELECT = """

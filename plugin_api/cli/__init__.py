@@ -131,8 +131,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         else:
             print(f"plugin-api check: error: {message}", file=sys.stderr)
         return BACKEND_UNUSABLE
-    code, results = run_kit(backend.id, progress=not args.json, seed=args.seed)
-    data = results_dict(backend.id, code, results)
+    code, results = run_kit(backend.id, progress=not args.json, seed=args.seed, cases=args.cases)
+    data = results_dict(backend.id, code, results, args.cases)
     data["ops"] = ops_report(backend)
     _emit(args, data, results_text(data))
     return code
@@ -193,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--seed", metavar="N", type=int, help="seed of the sampled GEMM cases (repeats a run)"
+    )
+    check.add_argument(
+        "-k",
+        dest="cases",
+        metavar="EXPR",
+        help="only the cases whose test names match EXPR, a pytest -k expression (e.g. "
+        "'gemm or quant'); the report says it is a subset, and no match is a failure",
     )
     warm_help = "build or load the kernels the selected backend runs for a model's layers"
     add_warm_up_arguments(verb("warm-up", cmd_warm_up, warm_help))

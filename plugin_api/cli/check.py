@@ -69,10 +69,15 @@ def _last_line(report: pytest.TestReport) -> str:
 
 
 def run_kit(
-    backend_id: str, *, progress: bool = True, seed: int | None = None
+    backend_id: str,
+    *,
+    progress: bool = True,
+    seed: int | None = None,
+    cases: str | None = None,
 ) -> tuple[int, KitResults]:
     """Run the kit in this process; the exit code is pytest's, as
-    ``pytest --plugin-api-backend=ID`` would return it (see ``conformance.plugin``)."""
+    ``pytest --plugin-api-backend=ID`` would return it (see ``conformance.plugin``).
+    ``cases``: a pytest ``-k`` expression choosing a subset (e.g. ``"gemm or quant"``)."""
     results = KitResults(show_progress=progress)
     # Our own output replaces pytest's; the caller's ini options must not leak in.
     args = [
@@ -89,13 +94,18 @@ def run_kit(
     ]
     if seed is not None:
         args.append(f"{SEED_OPTION}={seed}")
+    if cases is not None:
+        args += ["-k", cases]
     code = pytest.main(args, plugins=[results])
     return int(code), results
 
 
-def results_dict(backend_id: str, code: int, r: KitResults) -> dict[str, Any]:
+def results_dict(
+    backend_id: str, code: int, r: KitResults, cases: str | None = None
+) -> dict[str, Any]:
     return {
         "backend": backend_id,
+        "cases": cases,  # the -k subset; None: the whole kit
         "passed": code == 0,
         "exit_code": code,
         "families": {f: dict(c) for f, c in sorted(r.outcomes.items())},
@@ -107,7 +117,9 @@ def results_dict(backend_id: str, code: int, r: KitResults) -> dict[str, Any]:
 
 
 def results_text(data: dict[str, Any]) -> str:
-    lines = [f"conformance kit on {data['backend']}:", "  family      passed  failed  skipped"]
+    subset = f" (only the cases matching -k {data['cases']!r})" if data.get("cases") else ""
+    lines = [f"conformance kit on {data['backend']}{subset}:"]
+    lines.append("  family      passed  failed  skipped")
     for f, c in data["families"].items():
         lines.append(
             f"  {f:<10} {c.get('passed', 0):>7} {c.get('failed', 0):>7} {c.get('skipped', 0):>8}"
@@ -123,5 +135,7 @@ def results_text(data: dict[str, Any]) -> str:
         lines.append(
             f"  sampled cases drawn with --seed {data['seed']} (repeats this run's sample)"
         )
+    if data["exit_code"] == pytest.ExitCode.NO_TESTS_COLLECTED:
+        lines.append(f"  no kit case matches -k {data['cases']!r}")
     lines.append("result: " + ("PASS" if data["passed"] else f"FAIL (exit {data['exit_code']})"))
     return "\n".join(lines)
