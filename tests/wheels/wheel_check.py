@@ -3,7 +3,13 @@ gets them: a fresh venv with torch, then the wheels alone (no editable install, 
 on ``sys.path``), everything run from outside the repository. ``make wheel-check`` runs it (and
 ``make test``); the lines that start with ``wheel-only:`` are the record in the CI log.
 
-usage: .venv/bin/python tests/wheels/wheel_check.py [--dist DIR] [--keep]
+usage: .venv/bin/python tests/wheels/wheel_check.py [--dist DIR] [--keep] [--kit EXPR]
+
+The fresh venv gets the torch release this interpreter has (the pin, from the project venv), the
+one the cpu-arm-acl wheel is compiled against and requires. Elsewhere than x86_64 (the
+emulated-Arm tool runs it in an arm64 chroot with PyPI's aarch64 CPU torch, not the pin) the
+cpu-arm-acl build skips ``python -m build``'s check of its pinned build requirements, and the
+oneDNN to compile against and run with comes from ``PLUGIN_API_ONEDNN_ROOT``.
 
 The wheels are built with ``python -m build --no-isolation`` from the project venv, which has
 every build requirement (the Makefile installs them): an isolated build would install
@@ -62,7 +68,7 @@ TREE = REPO / "build" / "wheel-check-tree"  # ignored (build/); rebuilt on every
 # setup.py's object folder for the native build, kept between runs (ignored, build/)
 NATIVE_BUILD_ENV = "PLUGIN_API_CPU_ARM_ACL_BUILD_DIR"
 NATIVE_BUILD = REPO / "build" / f"wheel-check-native-{os.uname().machine}"
-TORCH = "torch==2.13.0"  # the pin (Makefile); first, so that no range pulls another build
+TORCH = "torch==2.13.0"  # the pin (Makefile, wheel_backend.py's build requirements)
 COMPILERS = ("g++", "c++", "gcc", "cc", "ninja")
 FIRST_CALL = """
 import json, time
@@ -95,7 +101,7 @@ LOAD_ONE = """
 import sys
 import torch
 from plugin_api.device_info import read_device_info
-from plugin_api_cpu_arm_acl import native, prebuilt
+from plugin_api_cpu_arm_acl import native, prebuilt, settings
 from plugin_api_cpu_arm_acl.locate import locate
 kind, variant = sys.argv[1:]
 # a variant for a wider ISA than this CPU's may fault on load: it is reported, not loaded
@@ -105,7 +111,7 @@ missing = sorted(isa.needs - read_device_info().cpu_flags)
 if missing:
     print("not loaded: this CPU lacks " + " ".join(missing))
 elif kind == "gemm":
-    prebuilt.preload_onednn(locate(None).library)
+    prebuilt.preload_onednn(locate(settings.read().root).library)
     prebuilt.load_library(prebuilt.gemm_library(variant))
     print("oneDNN", torch.ops.pa_cpu_onednn.onednn_version())
 else:
@@ -189,12 +195,18 @@ def build_all(dist: Path) -> dict[str, float]:
     tree = clean_tree()
     log(f"building from a clean copy of the working tree: {tree}")
     env = os.environ | {NATIVE_BUILD_ENV: str(NATIVE_BUILD)}
+    skip_check = []
+    if torch_spec() != TORCH:
+        # the build requirements pin TORCH; the wheel is compiled against (and requires) the
+        # torch this venv has, which python -m build would otherwise refuse as a missing pin
+        skip_check = ["--skip-dependency-check"]
+        log(f"building cpu-arm-acl against {torch_spec()} (this venv's), not the pin {TORCH}")
     seconds: dict[str, float] = {}
     for folder, name in DISTRIBUTIONS:
         # the native build compiles from the tree (its objects kept in NATIVE_BUILD, and its
         # sdist's contents checked by check_native_wheel); the others build their wheel from
         # the sdist just made (python -m build's default), which checks the sdist is complete
-        how = ["--sdist", "--wheel"] if folder == NATIVE else []
+        how = ["--sdist", "--wheel", *skip_check] if folder == NATIVE else []
         started = time.perf_counter()
         done = subprocess.run(
             [PY, "-m", "build", "--no-isolation", *how, "--outdir", str(dist), str(tree / folder)],
@@ -279,6 +291,13 @@ def check_native_wheel(dist: Path) -> None:
     expect(needed <= members, f"{sdist.name} lacks {sorted(needed - members)}")
 
 
+def torch_spec() -> str:
+    """``torch==<release>`` of this interpreter's torch: the release the wheel is built for."""
+    import torch
+
+    return f"torch=={torch.__version__.split('+')[0]}"
+
+
 def make_venv(root: Path, cache: Path, shims: Path, calls: Path) -> Venv:
     subprocess.run([PY, "-m", "venv", str(root)], check=True)
     shims.mkdir()
@@ -288,9 +307,13 @@ def make_venv(root: Path, cache: Path, shims: Path, calls: Path) -> Venv:
         shim.chmod(0o755)
     keep = ("HOME", "LANG", "TMPDIR", "PIP_CONFIG_FILE", "PIP_FIND_LINKS", "PIP_CERT",
             "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_INDEX_URL",
-            "PIP_EXTRA_INDEX_URL", "SSL_CERT_FILE")  # fmt: skip
+            "PIP_EXTRA_INDEX_URL", "SSL_CERT_FILE",
+            "PLUGIN_API_ONEDNN_ROOT")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = os.pathsep.join([str(shims), str(root / "bin"), "/usr/bin", "/bin"])
+    # pip's download cache stays where it was: the cache folder watched is the JIT build's
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR") or str(user_cache / "pip")
     env["XDG_CACHE_HOME"] = str(cache)  # where the JIT build would write
     env["TORCH_EXTENSIONS_DIR"] = str(cache / "torch_extensions")
     return Venv(root, env)
@@ -310,14 +333,14 @@ def readme_snippet() -> str:
     return found.group(1)
 
 
-def check_wheels(dist: Path, work: Path) -> dict[str, float]:
+def check_wheels(dist: Path, work: Path, kit: str | None) -> dict[str, float]:
     cache, calls, outside = work / "cache", work / "compiler-calls.log", work / "cwd"
     cache.mkdir()
     outside.mkdir()
     venv = make_venv(work / "venv", cache, work / "shims", calls)
     figures: dict[str, float] = {}
-    figures["torch_install_s"] = venv.pip(TORCH, cwd=outside)
-    log(f"fresh venv {venv.root}: {TORCH} installed in {figures['torch_install_s']:.0f} s")
+    figures["torch_install_s"] = venv.pip(torch_spec(), cwd=outside)
+    log(f"fresh venv {venv.root}: {torch_spec()} installed in {figures['torch_install_s']:.0f} s")
     # our distributions from the wheels only (no index for them, no sdist)
     ours = ["--find-links", str(dist), "--only-binary", ":all:"]
 
@@ -387,11 +410,12 @@ def check_wheels(dist: Path, work: Path) -> dict[str, float]:
         log(f"README 'Using the ops' block on {backend or 'the selected backend'}: exit 0")
     for backend in ("reference", "cpu-arm-acl"):
         started = time.perf_counter()
-        check = venv.run("plugin-api", "check", "--backend", backend, cwd=outside)
+        subset = ["-k", kit] if kit else []
+        check = venv.run("plugin-api", "check", "--backend", backend, *subset, cwd=outside)
         stderr[f"check {backend}"] = check.stderr
         result = next((ln for ln in check.stdout.splitlines() if ln.startswith("result:")), "?")
         log(
-            f"plugin-api check --backend {backend}: {result} in "
+            f"plugin-api check --backend {backend}{f' -k {kit!r}' if kit else ''}: {result} in "
             f"{time.perf_counter() - started:.0f} s"
         )
 
@@ -464,6 +488,11 @@ def main() -> int:
         "--dist", type=Path, help="where the sdists and wheels go (default: a temporary folder)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary venv and files")
+    parser.add_argument(
+        "--kit",
+        metavar="EXPR",
+        help="plugin-api check runs only the kit cases matching EXPR (its -k); default all",
+    )
     args = parser.parse_args()
     machine = os.uname().machine
     if machine != "x86_64" and not os.environ.get("PLUGIN_API_ONEDNN_ROOT"):
@@ -487,7 +516,7 @@ def main() -> int:
     try:
         build = build_all(dist)
         check_native_wheel(dist)
-        figures = check_wheels(dist, work)
+        figures = check_wheels(dist, work, args.kit)
     except CheckFailed as e:
         log(f"FAILED: {e}")
         return 1

@@ -5,11 +5,17 @@
 # binfmt_misc, chroot, unshare).
 #   usage: plugins/cpu-arm-acl/tools/arm64_emulated.sh attention [attention_check.py arguments]
 #          plugins/cpu-arm-acl/tools/arm64_emulated.sh onednn [pytest arguments]
+#          plugins/cpu-arm-acl/tools/arm64_emulated.sh wheel [wheel_check.py arguments]
 # attention: the attention kernels' neon variant against the oracle (tools/attention_check.py).
 # onednn: oneDNN 3.7.2 with Debian's ACL 24.11 (cross-compiled on this host into the chroot's
 #   /opt/onednn-acl), then the plugin's probe, kernel-probe, GEMM (oneDNN and panel) and quant
 #   tests and the conformance kit's gemm and quant cases with PLUGIN_API_STRICT=1, so that a
 #   primitive on oneDNN's reference kernel fails them.
+# wheel: with that oneDNN, every distribution built (sdist + wheel; cpu-arm-acl's a
+#   linux_aarch64 wheel with its kernels compiled by the chroot's g++) and the wheels checked in a
+#   fresh venv as tests/wheels/wheel_check.py does on x86 (no compiler may run), with
+#   plugin-api check on the kit's gemm and quant cases (--kit EXPR: another subset). The wheels
+#   stay in $ARM64_ROOT/wheels.
 # ARM64_ROOT (default /var/tmp/plugin-api-arm64-trixie) keeps the chroot, its venv and oneDNN
 # between runs; each run checks the repository's committed HEAD. ARM64_QEMU_CPU (default
 # max,sve-default-vector-length=16: 128-bit SVE with BF16 and I8MM, as Neoverse V2 / Graviton4;
@@ -17,8 +23,8 @@
 set -euo pipefail
 MODE=${1:-}
 case "$MODE" in
-  attention | onednn) shift ;;
-  *) echo "usage: $0 attention|onednn [arguments]" >&2 && exit 2 ;;
+  attention | onednn | wheel) shift ;;
+  *) echo "usage: $0 attention|onednn|wheel [arguments]" >&2 && exit 2 ;;
 esac
 export ROOT=${ARM64_ROOT:-/var/tmp/plugin-api-arm64-trixie}
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -32,7 +38,7 @@ ONEDNN_URL=http://deb.debian.org/debian/pool/main/o/onednn/onednn_3.7.2+ds.orig.
 ONEDNN_SHA256=0cc51ca26c1af6a2bb1e71e378e7046f3ceb3e71791ee9d4e246d50f904a6ea6
 
 need=(qemu-user-static debootstrap)
-[ "$MODE" = onednn ] && need+=(g++-aarch64-linux-gnu cmake ninja-build xz-utils curl)
+[ "$MODE" != attention ] && need+=(g++-aarch64-linux-gnu cmake ninja-build xz-utils curl)
 if ! dpkg -s "${need[@]}" >/dev/null 2>&1; then
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
 fi
@@ -46,11 +52,11 @@ fi
 if [ ! -x "$ROOT/usr/bin/python3" ]; then
   # trixie: its ACL (24.11) is the first Debian release new enough for oneDNN 3.7
   debootstrap --arch=arm64 \
-    --include=python3-venv,python3-dev,g++,ninja-build,ca-certificates,libarm-compute-dev \
+    --include=python3-venv,python3-dev,g++,ninja-build,ca-certificates,libarm-compute-dev,git \
     trixie "$ROOT" http://deb.debian.org/debian
 fi
 
-if [ "$MODE" = onednn ] && [ ! -e "$ROOT/opt/onednn-acl/lib/libdnnl.so" ]; then
+if [ "$MODE" != attention ] && [ ! -e "$ROOT/opt/onednn-acl/lib/libdnnl.so" ]; then
   work="$ROOT/opt/onednn-build"
   mkdir -p "$work"
   curl -fsSL -o "$work/onednn.tar.xz" "$ONEDNN_URL"
@@ -106,11 +112,22 @@ exec unshare -m bash -ec '
     in_root python3 -m venv /opt/venv
     in_root pip install -q --cert /etc/ssl/certs/ca-certificates.crt "$TORCH" "pluggy>=1.5" \
       importlib-metadata packaging "pytest>=8" "hypothesis>=6.100" markdown-it-py ninja numpy \
-      "setuptools>=77"
+      "setuptools>=77" build
   fi
-  in_root pip install -q --no-deps --no-build-isolation -e /src -e /src/plugins/cpu-arm-acl
   in_root python /src/plugins/cpu-arm-acl/tools/emulated_cpuinfo.py >"$ROOT/cpuinfo"
   mount --bind "$ROOT/cpuinfo" "$ROOT/proc/cpuinfo"
+  if [ "$MODE" = wheel ]; then
+    # a chroot made before this mode: the tools it needs (git: wheel_check copies the tracked tree)
+    [ -x "$ROOT/usr/bin/git" ] || in_root sh -c 'apt-get update -q && apt-get install -y -q git'
+    [ -x "$ROOT/opt/venv/bin/pyproject-build" ] ||
+      in_root pip install -q --cert /etc/ssl/certs/ca-certificates.crt build
+    mkdir -p "$ROOT/wheels"
+    in_root env -C /src PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+      python tests/wheels/wheel_check.py --dist /wheels --kit "gemm or quant" "$@"
+    ls -l "$ROOT/wheels"
+    exit
+  fi
+  in_root pip install -q --no-deps --no-build-isolation -e /src -e /src/plugins/cpu-arm-acl
   if [ "$MODE" = attention ]; then
     in_root python /src/plugins/cpu-arm-acl/tools/attention_check.py "$@"
     exit
