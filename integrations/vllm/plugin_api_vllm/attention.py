@@ -4,7 +4,8 @@
   a spec the backend refuses stops vLLM's start-up with the backend's reasons.
 - The metadata builder turns vLLM's common metadata into one ``AttentionBatch`` per step
   (decodes first: it asks vLLM to reorder the batch so) and plans it once per distinct spec;
-  layers with equal specs share the plan.
+  layers with equal specs share the plan. Where vLLM replays full CUDA graphs of decode steps,
+  it keeps one plan per spec and captured batch shape and re-plans into it (``reuse=``).
 - ``forward`` is ``Attention.run``: it writes this step's K/V (not for KV-sharing layers) and
   attends. The KV cache is plugin-api's layout, viewed over the bytes vLLM allocated.
 """
@@ -12,11 +13,17 @@
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from vllm.config import VllmConfig, get_current_vllm_config, get_layers_from_vllm_config
+from vllm.config import (
+    CUDAGraphMode,
+    VllmConfig,
+    get_current_vllm_config,
+    get_layers_from_vllm_config,
+)
 from vllm.model_executor.layers.attention import Attention as VllmAttentionLayer
 from vllm.v1.attention.backend import (
     AttentionBackend,
@@ -268,6 +275,46 @@ def _layer_impls(vllm_config: VllmConfig, names: list[str]) -> list[PluginApiAtt
     return impls
 
 
+def full_decode_graph_tokens(vllm_config: VllmConfig) -> int | None:
+    """The largest decode step (in tokens) that vLLM replays as a full CUDA graph, or None when
+    its (resolved) cudagraph mode replays no full graph of decode steps."""
+    compilation = vllm_config.compilation_config
+    if compilation.cudagraph_mode.decode_mode() != CUDAGraphMode.FULL:
+        return None
+    spec_cfg = vllm_config.speculative_config
+    per_request = 1 + int(spec_cfg.num_speculative_tokens or 0) if spec_cfg is not None else 1
+    tokens = per_request * vllm_config.scheduler_config.max_num_seqs
+    if compilation.max_cudagraph_capture_size is not None:
+        tokens = min(tokens, compilation.max_cudagraph_capture_size)
+    return tokens or None  # no capture size: nothing is captured
+
+
+def decode_graph_shape(
+    m: CommonAttentionMetadata, batch: pa.AttentionBatch, max_tokens: int | None
+) -> tuple[int, int] | None:
+    """``(requests, tokens)`` of the full CUDA graph vLLM may replay for this step (its padded
+    shape, the one it captured), or None when it replays none: not a pure-decode step, longer
+    than ``max_tokens`` (``full_decode_graph_tokens``), or no full decode graphs at all."""
+    if max_tokens is None or batch.num_seqs == 0 or batch.num_decodes < batch.num_seqs:
+        return None
+    if m.num_actual_tokens > max_tokens:
+        return None
+    return m.num_reqs, m.num_actual_tokens
+
+
+# Live metadata builders of this process, for the report's count of kept graph plans
+LIVE_BUILDERS: weakref.WeakSet[PluginApiMetadataBuilder] = weakref.WeakSet()
+
+
+def graph_plans() -> dict[str, int]:
+    """Over this process's live metadata builders: the longest decode step vLLM replays as a
+    full CUDA graph (0: none) and how many plans are kept for those graphs."""
+    return {
+        "full_decode_graph_tokens": max((b.graph_tokens or 0 for b in LIVE_BUILDERS), default=0),
+        "kept": sum(len(b.graph_plans) for b in LIVE_BUILDERS),
+    }
+
+
 class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetadata]):
     def __init__(
         self,
@@ -279,9 +326,26 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         # decodes (query length <= 1 + speculative tokens) first, as the op contract wants
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
+        self.layers = get_layers_from_vllm_config(vllm_config, VllmAttentionLayer, layer_names)
         impls = _layer_impls(vllm_config, layer_names)
         self.attentions = {impl.spec: impl.attention for impl in impls}
         self.decode_limit = 1 + max((s.num_speculative_tokens for s in self.attentions), default=0)
+        self.graph_tokens = full_decode_graph_tokens(vllm_config)
+        # a captured graph keeps reading the buffers of the plan made at capture: one plan per
+        # (spec, requests, tokens) of a replayable step, refilled by every later step of that shape
+        self.graph_plans: dict[tuple[pa.AttentionSpec, int, int], AttentionPlan] = {}
+        self.num_blocks: int | None = None
+        LIVE_BUILDERS.add(self)
+
+    def _cache_blocks(self) -> int | None:
+        """The block count of the KV caches vLLM bound to this group's layers (what ``run``
+        checks against; replayed graphs skip ``run``, so ``plan`` must check it), or None before
+        vLLM binds them: its placeholders are empty."""
+        if self.num_blocks is None:
+            blocks = [int(layer.kv_cache.shape[0]) for layer in self.layers.values()]
+            if blocks and min(blocks) > 0:
+                self.num_blocks = min(blocks)
+        return self.num_blocks
 
     @classmethod
     def get_cudagraph_support(
@@ -296,7 +360,10 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
         ]
         if not levels:
             return AttentionCGSupport.NEVER
-        return GRAPH_LEVELS[min(levels).name]
+        # plans are kept for decode graphs only (build): full graphs of mixed steps would
+        # replay stale plans, so vLLM is told UNIFORM_BATCH at most
+        level = GRAPH_LEVELS[min(levels).name]
+        return min(level, AttentionCGSupport.UNIFORM_BATCH, key=lambda s: s.value)
 
     def build(
         self,
@@ -306,7 +373,18 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
     ) -> PluginApiAttentionMetadata:
         t0 = time.perf_counter()
         batch = attention_batch(common_attn_metadata, self.decode_limit)
-        plans = {spec: attn.plan(batch) for spec, attn in self.attentions.items()}
+        shape = decode_graph_shape(common_attn_metadata, batch, self.graph_tokens)
+        num_blocks = self._cache_blocks()
+        plans: dict[pa.AttentionSpec, AttentionPlan] = {}
+        for spec, attn in self.attentions.items():
+            if shape is None:
+                plans[spec] = attn.plan(batch, num_blocks=num_blocks)
+                continue
+            key = (spec, *shape)
+            kept = self.graph_plans.get(key)
+            plans[spec] = attn.plan(batch, reuse=kept, num_blocks=num_blocks)
+            if kept is None:
+                self.graph_plans[key] = plans[spec]
         HOST_TIME["steps"] += 1
         HOST_TIME["build_s"] += time.perf_counter() - t0
         return PluginApiAttentionMetadata(common_attn_metadata.num_actual_tokens, plans)
@@ -315,9 +393,15 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
 def attention_batch(m: CommonAttentionMetadata, decode_limit: int) -> pa.AttentionBatch:
     """plugin-api's ``AttentionBatch`` (host int tensors) from vLLM's common metadata."""
     cpu = torch.device("cpu")
-    n = m.num_reqs
-    qsl = m.query_start_loc_cpu[: n + 1].to(cpu, torch.int32)
+    qsl = m.query_start_loc_cpu[: m.num_reqs + 1].to(cpu, torch.int32)
     qlens = qsl[1:] - qsl[:-1]
+    n = m.num_reqs
+    if n and int(qlens[-1]) == 0:
+        # a step padded to a captured graph's shape ends in requests with no query tokens: not
+        # the batch's (the plan of the padded shape keeps room for them)
+        real = qlens.nonzero()
+        n = int(real[-1]) + 1 if real.numel() else 0
+        qsl, qlens = qsl[: n + 1], qlens[:n]
     # vLLM reorders requests of at most decode_limit tokens to the front
     long = (qlens > decode_limit).nonzero()
     num_decodes = int(long[0]) if long.numel() else n
@@ -325,7 +409,7 @@ def attention_batch(m: CommonAttentionMetadata, decode_limit: int) -> pa.Attenti
         query_start_loc=qsl,
         seq_lens=m.seq_lens[:n].to(cpu, torch.int32),
         block_table=m.block_table_tensor[:n].to(cpu, torch.int32),
-        slot_mapping=m.slot_mapping[: m.num_actual_tokens].to(cpu, torch.int64),
+        slot_mapping=m.slot_mapping[: int(qsl[-1])].to(cpu, torch.int64),
         num_decodes=num_decodes,
     )
 

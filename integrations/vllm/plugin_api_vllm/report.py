@@ -15,7 +15,7 @@ from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-from .attention import HOST_TIME, PluginApiAttentionImpl
+from .attention import HOST_TIME, PluginApiAttentionImpl, graph_plans
 from .linear import served, weight
 
 
@@ -77,6 +77,8 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
         "engine_layers": engine,
         "fallbacks": sorted(n for n, e in layers.items() if e["fallback"]),
         "host": dict(HOST_TIME),
+        # plans kept for vLLM's full CUDA graphs of decode steps (none before the KV cache exists)
+        "graph_plans": graph_plans(),
         "outside": outside,
     }
 
@@ -99,6 +101,13 @@ def summary(report: dict[str, Any]) -> str:
             f"  not a plugin-api op family, run by vLLM: {len(report['outside'])} layer(s), "
             + ", ".join(report["outside"][:3])
             + (" ..." if len(report["outside"]) > 3 else "")
+        )
+    graphs = report["graph_plans"]
+    if graphs["full_decode_graph_tokens"]:
+        lines.append(
+            "  full CUDA graphs of decode steps (up to "
+            f"{graphs['full_decode_graph_tokens']} tokens): {graphs['kept']} plan(s) kept, "
+            "refilled in place every step"
         )
     if report["fallbacks"]:
         lines.append("  fallbacks: " + ", ".join(report["fallbacks"]))
