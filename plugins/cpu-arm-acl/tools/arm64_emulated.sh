@@ -118,7 +118,7 @@ exec unshare -m bash -ec '
   mount --bind "$ROOT/cpuinfo" "$ROOT/proc/cpuinfo"
   if [ "$MODE" = wheel ]; then
     # a chroot made before this mode: the tools it needs (git: wheel_check copies the tracked tree)
-    [ -x "$ROOT/usr/bin/git" ] || in_root sh -c 'apt-get update -q && apt-get install -y -q git'
+    [ -x "$ROOT/usr/bin/git" ] || in_root sh -c "apt-get update -q && apt-get install -y -q git"
     [ -x "$ROOT/opt/venv/bin/pyproject-build" ] ||
       in_root pip install -q --cert /etc/ssl/certs/ca-certificates.crt build
     mkdir -p "$ROOT/wheels"
