@@ -38,7 +38,7 @@ class Run:
     model: str
     backend: str  # "vllm" (vLLM's own kernels) or the plugin-api backend id
     dtype: str
-    compiled: bool
+    compiled: bool  # vLLM's compilation mode for the engine is not NONE (its config, not the flag)
     tokens: list[list[int]]
     # per prompt, per step: (token id, raw logit) of the two highest logits
     top2: list[list[list[tuple[int, float]]]] = field(default_factory=list)
@@ -46,6 +46,9 @@ class Run:
     generate_s: float = 0.0
     report: dict[str, Any] | None = None  # the first worker's (rank 0)
     reports: list[dict[str, Any]] = field(default_factory=list)  # every worker's
+    # modules of the model that run a torch.compile'd graph (compiled here or loaded from vLLM's
+    # cache); None where the worker is another process (vLLM's default): it is read in the worker
+    compiled_modules: int | None = None
 
 
 def _top2(output: Any) -> list[list[tuple[int, float]]]:
@@ -54,6 +57,16 @@ def _top2(output: Any) -> list[list[tuple[int, float]]]:
         best = sorted(entry.items(), key=lambda kv: kv[1].logprob, reverse=True)[:2]
         steps.append([(int(tok), float(lp.logprob)) for tok, lp in best])
     return steps
+
+
+def _compiled_modules(model: Any) -> int:
+    """Modules under vLLM's ``support_torch_compile`` whose calls go through a compiled graph."""
+    return sum(
+        1
+        for m in model.modules()
+        if getattr(m, "do_not_compile", True) is False
+        and (getattr(m, "compiled", False) or getattr(m, "aot_compiled_fn", None) is not None)
+    )
 
 
 def generate(
@@ -67,7 +80,8 @@ def generate(
     max_model_len: int,
     extra: dict[str, Any] | None = None,
 ) -> Run:
-    from vllm import LLM, SamplingParams
+    from vllm import LLM, SamplingParams, envs
+    from vllm.config import CompilationMode
 
     t0 = time.perf_counter()
     llm = LLM(
@@ -85,16 +99,21 @@ def generate(
     outs = llm.generate(prompts, params, use_tqdm=False)
     t2 = time.perf_counter()
     bridge = "PLUGIN_API_BACKEND" in os.environ
+    config = llm.llm_engine.vllm_config
     run = Run(
         model=model,
         backend="vllm",
         dtype=dtype,
-        compiled=compiled,
+        compiled=config.compilation_config.mode != CompilationMode.NONE,
         tokens=[list(o.outputs[0].token_ids) for o in outs],
         top2=[_top2(o.outputs[0]) for o in outs] if top2 else [],
         start_s=t1 - t0,
         generate_s=t2 - t1,
     )
+    # the engine core and its one worker in this process: a function reaches the model as is
+    # (across processes vLLM would have to pickle it, which it refuses by default)
+    if not envs.VLLM_ENABLE_V1_MULTIPROCESSING and config.parallel_config.world_size == 1:
+        run.compiled_modules = llm.apply_model(_compiled_modules)[0]
     if bridge:
         run.reports = llm.collective_rpc("plugin_api_report")
         run.report = run.reports[0]

@@ -12,6 +12,9 @@ pytestmark = pytest.mark.needs_vllm
 
 BRIDGED = ("reference", "cpu-arm-acl")
 MODELS = ("llama", "qwen3", "sliding", "softcap", "sinks")  # the runs fixture's default set
+# one process per side and mode carries every model compared in that mode
+EAGER = (*MODELS, "llama-w8a8", "kv-sharing")
+COMPILED = (*MODELS, "kv-sharing")
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -23,27 +26,38 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 @pytest.mark.parametrize("backend", BRIDGED)
 def test_fp32_eager_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
-    own, bridged = runs.get(None), runs.get(backend)
+    own, bridged = runs.get(None, kinds=EAGER), runs.get(backend, kinds=EAGER)
     for kind in MODELS:
         assert bridged[kind]["backend"] == backend
+        assert not bridged[kind]["compiled"] and bridged[kind]["compiled_modules"] == 0, kind
         assert bridged[kind]["tokens"] == own[kind]["tokens"], kind
 
 
 @pytest.mark.parametrize("backend", BRIDGED)
 def test_fp32_compiled_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
-    # vLLM's compiled mode captures the bridge's custom ops; one model keeps CI time bounded
-    own = runs.get(None, compiled=True, kinds=("llama",))
-    bridged = runs.get(backend, compiled=True, kinds=("llama",))
-    assert bridged["llama"]["compiled"] and bridged["llama"]["tokens"] == own["llama"]["tokens"]
-    assert bridged["llama"]["tokens"] == runs.get(backend)["llama"]["tokens"]
+    # vLLM's default mode: torch.compile traces each model once, the bridge's custom ops
+    # (linear layers, LM head) and vLLM's attention op inside the graph
+    own = runs.get(None, compiled=True, kinds=COMPILED)
+    bridged = runs.get(backend, compiled=True, kinds=COMPILED)
+    eager = runs.get(backend, kinds=EAGER)
+    for kind in COMPILED:
+        for run in (own[kind], bridged[kind]):
+            # vLLM kept compilation on and the model's forward ran a compiled graph
+            assert run["compiled"] and run["compiled_modules"], (kind, run["backend"])
+        assert bridged[kind]["backend"] == backend
+        assert bridged[kind]["tokens"] == own[kind]["tokens"], kind
+        assert bridged[kind]["tokens"] == eager[kind]["tokens"], kind
+        # the compiled graphs called plugin-api for every layer (the ops count their calls)
+        served = native_served(bridged[kind]["report"], backend)
+        assert set(served) == {"attention", "linear", "lm_head"}, kind
 
 
 @pytest.mark.parametrize("backend", BRIDGED)
 def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     # fp32 activations: the per-token quantization and the int32 accumulation are exact on
     # both sides, so the tokens must be too
-    own = runs.get(None, kinds=("llama-w8a8",))["llama-w8a8"]
-    bridged = runs.get(backend, kinds=("llama-w8a8",))["llama-w8a8"]
+    own = runs.get(None, kinds=EAGER)["llama-w8a8"]
+    bridged = runs.get(backend, kinds=EAGER)["llama-w8a8"]
     assert bridged["tokens"] == own["tokens"]
     kinds = native_served(bridged["report"], backend)
     assert set(kinds) == {"attention", "linear-int8", "lm_head"}
@@ -53,8 +67,8 @@ def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
 def test_kv_sharing_layers_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     # Gemma-4's last layers read an earlier layer's KV cache (vLLM passes key=value=None to
     # them); in the 4-layer model, 2 (sliding) reads 0 and 3 (global) reads 1
-    own = runs.get(None, kinds=("kv-sharing",))["kv-sharing"]
-    bridged = runs.get(backend, kinds=("kv-sharing",))["kv-sharing"]
+    own = runs.get(None, kinds=EAGER)["kv-sharing"]
+    bridged = runs.get(backend, kinds=EAGER)["kv-sharing"]
     assert bridged["backend"] == backend and bridged["tokens"] == own["tokens"]
     report = bridged["report"]
     served = native_served(report, backend)  # every layer ran, natively on cpu-arm-acl
@@ -89,7 +103,9 @@ def native_served(report: dict[str, Any], backend: str) -> dict[str, set[str]]:
 
 
 def test_cpu_arm_acl_serves_every_layer_natively(runs: Any) -> None:
-    for kind, run in runs.get("cpu-arm-acl").items():
+    for kind, run in runs.get("cpu-arm-acl", kinds=EAGER).items():
+        if kind == "llama-w8a8":
+            continue  # its int8 layers: test_int8_w8a8_tokens_equal_vllm_own
         served = native_served(run["report"], "cpu-arm-acl")
         assert set(served) == {"attention", "linear", "lm_head"}, kind
 
