@@ -51,9 +51,6 @@ KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
     "fp8": torch.float8_e4m3fn,
     "fp8_e4m3": torch.float8_e4m3fn,
 }
-# The bridge's host time in this process: metadata builds (one per step and KV-cache group),
-# each converting vLLM's metadata and planning every distinct spec.
-HOST_TIME: dict[str, float] = {"steps": 0, "build_s": 0.0}
 # plugin-api's graph levels, by name, as vLLM's
 GRAPH_LEVELS = {
     "NEVER": AttentionCGSupport.NEVER,
@@ -306,6 +303,16 @@ def decode_graph_shape(
 LIVE_BUILDERS: weakref.WeakSet[PluginApiMetadataBuilder] = weakref.WeakSet()
 
 
+def host_time() -> dict[str, float]:
+    """The bridge's host time over this process's live metadata builders (one per KV-cache
+    group of each live engine): builds (steps) and their seconds, each converting vLLM's
+    metadata and planning every distinct spec."""
+    return {
+        "steps": sum(b.steps for b in LIVE_BUILDERS),
+        "build_s": sum(b.build_s for b in LIVE_BUILDERS),
+    }
+
+
 def graph_plans() -> dict[str, int]:
     """Over this process's live metadata builders: the longest decode step vLLM replays as a
     full CUDA graph (0: none) and how many plans are kept for those graphs."""
@@ -335,6 +342,7 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
         # (spec, requests, tokens) of a replayable step, refilled by every later step of that shape
         self.graph_plans: dict[tuple[pa.AttentionSpec, int, int], AttentionPlan] = {}
         self.num_blocks: int | None = None
+        self.steps, self.build_s = 0, 0.0  # host_time()
         LIVE_BUILDERS.add(self)
 
     def _cache_blocks(self) -> int | None:
@@ -385,8 +393,8 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
             plans[spec] = attn.plan(batch, reuse=kept, num_blocks=num_blocks)
             if kept is None:
                 self.graph_plans[key] = plans[spec]
-        HOST_TIME["steps"] += 1
-        HOST_TIME["build_s"] += time.perf_counter() - t0
+        self.steps += 1
+        self.build_s += time.perf_counter() - t0
         return PluginApiAttentionMetadata(common_attn_metadata.num_actual_tokens, plans)
 
 

@@ -21,7 +21,9 @@ so vLLM's compiled mode captures it without a graph break.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -69,25 +71,33 @@ class Weight:
 
 
 # This process's weights, indexed by the int the custom op carries (a PackedWeight cannot be an
-# argument of a torch op).
-_weights: list[Weight] = []
+# argument of a torch op); each is released with the layer it serves, so the engines made one
+# after another in a process do not keep each other's weights.
+_weights: dict[int, Weight] = {}
+_indices = itertools.count()
 _lock = threading.Lock()
 
 
-def register(weight: Weight) -> int:
+def register(weight: Weight, layer: torch.nn.Module) -> int:
+    """The index of ``weight``, served while ``layer`` lives."""
     with _lock:
-        _weights.append(weight)
-        return len(_weights) - 1
+        index = next(_indices)
+        _weights[index] = weight
+    weakref.finalize(layer, _weights.pop, index, None)
+    return index
 
 
-def weight(index: int) -> Weight:
-    return _weights[index]
+def registered(index: int) -> Weight:
+    try:
+        return _weights[index]
+    except KeyError:
+        raise KeyError(f"plugin_api_vllm: weight {index} was released with its layer") from None
 
 
 @torch.library.custom_op("plugin_api_vllm::mm", mutates_args=())
 def mm_op(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``x[..., K] @ W^T (+ bias)`` on the registered weight number ``weight``."""
-    w = _weights[weight]
+    w = registered(weight)
     packed = w.prepared()
     w.calls += 1
     rows = x.reshape(-1, x.shape[-1])
@@ -104,14 +114,14 @@ def mm(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
 
 @mm_op.register_fake
 def _mm_fake(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
-    w = _weights[weight]
+    w = registered(weight)
     return x.new_empty((*x.shape[:-1], w.n), dtype=w.out_dtype)
 
 
 @torch.library.custom_op("plugin_api_vllm::scaled_mm", mutates_args=())
 def scaled_mm_op(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
     """int8 W8A8: ``x`` quantized per token, times the registered int8 weight ``weight``."""
-    w = _weights[weight]
+    w = registered(weight)
     packed = w.prepared()
     w.calls += 1
     rows = x.reshape(-1, x.shape[-1]).contiguous()
@@ -121,7 +131,7 @@ def scaled_mm_op(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> tor
 
 @scaled_mm_op.register_fake
 def _scaled_mm_fake(x: torch.Tensor, weight: int, bias: torch.Tensor | None) -> torch.Tensor:
-    w = _weights[weight]
+    w = registered(weight)
     return x.new_empty((*x.shape[:-1], w.n), dtype=w.out_dtype)
 
 
@@ -212,7 +222,7 @@ def _set_method(layer: torch.nn.Module, method: QuantizeMethodBase) -> None:
 def _route_linear(layer: torch.nn.Module) -> None:
     w = _tensor(layer, "weight")
     packed = pa.prepare(w, usage="linear")
-    index = register(Weight(int(w.shape[0]), packed.spec.out_dtype, "linear", None, packed))
+    index = register(Weight(int(w.shape[0]), packed.spec.out_dtype, "linear", None, packed), layer)
     _set_method(layer, PluginApiLinearMethod(index))
     # as vLLM's CPU path does: the layer keeps only the packed weight
     layer.weight = torch.nn.Parameter(
@@ -234,7 +244,7 @@ def _route_int8(scheme: CompressedTensorsW8A8Int8, layer: torch.nn.Module) -> No
     scales = _tensor(layer, "weight_scale").reshape(-1).to(torch.float32).contiguous()
     dtype = model_dtype(get_current_vllm_config())
     packed = pa.prepare(w, weight_scale=scales, out_dtype=dtype)
-    index = register(Weight(int(w.shape[0]), dtype, "scaled", None, packed))
+    index = register(Weight(int(w.shape[0]), dtype, "scaled", None, packed), layer)
     scheme.kernel = Int8Kernel(index, scheme.kernel)
     empty = torch.empty(0, dtype=w.dtype, device=w.device)
     layer.weight = torch.nn.Parameter(empty, requires_grad=False)
@@ -243,7 +253,7 @@ def _route_int8(scheme: CompressedTensorsW8A8Int8, layer: torch.nn.Module) -> No
 def _route_embedding(layer: torch.nn.Module) -> None:
     # the weight stays: lookups (and a head tied to the embeddings) read it
     w = _tensor(layer, "weight")
-    index = register(Weight(int(w.shape[0]), torch.float32, "lm_head", w))
+    index = register(Weight(int(w.shape[0]), torch.float32, "lm_head", w), layer)
     _set_method(layer, PluginApiLmHeadMethod(index))
 
 

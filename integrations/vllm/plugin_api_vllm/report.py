@@ -15,8 +15,8 @@ from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-from .attention import HOST_TIME, PluginApiAttentionImpl, graph_plans
-from .linear import served, weight
+from .attention import PluginApiAttentionImpl, graph_plans, host_time
+from .linear import registered, served
 
 
 def _entry(kind: str, prov: Any, calls: int) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
                 engine.append(f"{name} ({type(impl).__name__})")
         elif (route := served(module)) is not None:
             kind, index = route
-            w = weight(index)
+            w = registered(index)
             if w.packed is None:
                 continue  # an embedding never used as the LM head: no GEMM ran on it
             layers[name] = _entry(kind, w.packed.provenance, w.calls)
@@ -76,7 +76,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
         "layers": layers,
         "engine_layers": engine,
         "fallbacks": sorted(n for n, e in layers.items() if e["fallback"]),
-        "host": dict(HOST_TIME),
+        "host": host_time(),
         # plans kept for vLLM's full CUDA graphs of decode steps (none before the KV cache exists)
         "graph_plans": graph_plans(),
         "outside": outside,
