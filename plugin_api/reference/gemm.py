@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from plugin_api.contract.decision import Decision, ImplPath
+from plugin_api.contract.provenance import note_kernel
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.gemm import GemmSpec
 
@@ -14,8 +16,14 @@ from plugin_api.ops.gemm import GemmSpec
 @dataclass(frozen=True, slots=True)
 class ReferenceWeight:
     weight: torch.Tensor  # [N, K] as given
-    weight_t32: torch.Tensor | None  # [K, N] fp32 copy, for fp32 output without out_dtype mm
+    # [K, N] fp32 copy: for fp32 output without out_dtype mm, and for bf16/fp16 output where
+    # torch's matmul in that dtype is not the fp32 accumulator rounded once (rounds_once)
+    weight_t32: torch.Tensor | None
     weight_scale: torch.Tensor | None
+
+
+# What mm notes (note_kernel) when it computes a bf16/fp16 output as an fp32 matmul
+UPCAST_KERNEL = "reference: fp32 matmul of upcast operands, rounded once"
 
 
 def has_out_dtype_mm(device: torch.device) -> bool:
@@ -28,12 +36,42 @@ def has_out_dtype_mm(device: torch.device) -> bool:
     return True
 
 
+def rounds_once(
+    device: torch.device,
+    dtype: torch.dtype,
+    matmul: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.mm,
+) -> bool:
+    """Whether ``matmul`` (``torch.mm``) in ``dtype`` (bf16 or fp16) on ``device`` gives the
+    fp32 accumulator rounded once, as the contract's low-precision output is.
+
+    The operands make every partial sum exact in fp32 but not in ``dtype`` (multiples of 1/32
+    below 2^17; each weight row positive in its first half of K and negative in the second, so
+    partial sums grow large before they cancel): an fp32 accumulator, in any order and split,
+    gives the exact result, rounded once here; a kernel that rounds partial sums to ``dtype``
+    does not. The shape has an odd N and a long K, where torch 2.9.1's aarch64 bf16 matmul was
+    seen off by many units in the last place (on an emulated Neoverse V2)."""
+    g = torch.Generator().manual_seed(0)
+    m, n, k = 23, 257, 4096
+    # 1 to 15.9375 in steps of 1/16: 8 significant bits, exact in bf16 and fp16; products with
+    # x are multiples of 1/32 up to 32, partial sums below 2^17: 22 bits, exact in fp32
+    w = torch.randint(16, 256, (n, k), generator=g, dtype=torch.float64) / 16
+    w[:, k // 2 :] *= -1
+    x = 2.0 ** torch.randint(-1, 2, (m, k), generator=g).to(torch.float64)  # 0.5, 1, 2
+    exact = (x @ w.t()).to(dtype)
+    got = matmul(x.to(dtype).to(device), w.to(dtype).to(device).t())
+    return bool(torch.equal(got.cpu(), exact))
+
+
 class ReferenceGemm:
     name = "reference"
     path = ImplPath.REFERENCE
 
-    def __init__(self) -> None:
+    def __init__(self, probe: Callable[[torch.device, torch.dtype], bool] = rounds_once) -> None:
+        """``probe``: whether torch's matmul in a low-precision dtype rounds once on a device
+        (``rounds_once``; a test may state the answer for a platform it does not have)."""
         self._out_dtype_mm: dict[str, bool] = {}
+        self._probe = probe
+        self._rounds_once: dict[tuple[str, torch.dtype], bool] = {}
 
     def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
         return Decision.accept("eager torch, exact fp32 accumulation")
@@ -43,6 +81,12 @@ class ReferenceGemm:
             self._out_dtype_mm[device.type] = has_out_dtype_mm(device)
         return self._out_dtype_mm[device.type]
 
+    def _low_precision_native(self, device: torch.device, dtype: torch.dtype) -> bool:
+        key = (device.type, dtype)
+        if key not in self._rounds_once:
+            self._rounds_once[key] = self._probe(device, dtype)
+        return self._rounds_once[key]
+
     def prepare(
         self, spec: GemmSpec, weight: torch.Tensor, weight_scale: torch.Tensor | None
     ) -> ReferenceWeight:
@@ -51,6 +95,9 @@ class ReferenceGemm:
         if wants_acc and not spec.scaled and not self._fp32_native(weight.device):
             # bf16/fp16 products are exact in fp32, so an fp32 matmul of the upcast weight
             # gives the fp32 accumulator the contract asks for.
+            upcast = weight.float().t().contiguous()
+        low = spec.out_dtype in (torch.bfloat16, torch.float16) and weight.dtype == spec.out_dtype
+        if low and not self._low_precision_native(weight.device, weight.dtype):
             upcast = weight.float().t().contiguous()
         return ReferenceWeight(weight, upcast, weight_scale)
 
@@ -70,6 +117,13 @@ class ReferenceGemm:
                 out.copy_(torch.mm(x, w.t(), out_dtype=torch.float32))
             if bias is not None:
                 out.add_(bias.float())
+            return
+        if payload.weight_t32 is not None:  # torch's matmul in out's dtype does not round once
+            note_kernel(UPCAST_KERNEL)
+            acc = torch.mm(x.float(), payload.weight_t32)
+            if bias is not None:
+                acc.add_(bias.float())
+            out.copy_(acc)
             return
         if bias is None:
             torch.mm(x, w.t(), out=out)
