@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import plugin_api as pa
-from plugin_api.conformance.cases import make_case
+from plugin_api.conformance.cases import QUERY_LAYOUTS, make_case, with_query_layout
 from plugin_api.ops.attention import AttentionBatch
 
 SPEC = pa.AttentionSpec(4, 2, 32, torch.bfloat16, block_size=16)
@@ -100,6 +100,56 @@ def test_attention_run_rejects(ref, name):
         )
     assert arg in str(e.value), str(e.value)
     assert torch.equal(case.cache.data.view(torch.uint8), before.view(torch.uint8))
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_combined_run_check_never_accepts_a_bad_call(ref, name):
+    """``run`` skips the argument-by-argument checks when its combined check accepts a call:
+    no mutation above may pass it (the errors then come from the full checks)."""
+    case = fresh_case()
+    attn = pa.attention(SPEC, ref)
+    plan = attn.plan(case.batch)
+    args = dict(
+        query=case.query, key=case.key, value=case.value, cache=case.cache, sinks=None, out=None
+    )
+    args.update(MUTATIONS[name][0](case))
+    a = (args["query"], args["key"], args["value"], args["cache"], plan, args["sinks"])
+    assert not attn._accepts_run(*a, args["out"])
+
+
+WELL_FORMED = {
+    "bf16": {},
+    "fp8 cache, scales": dict(kv_cache_dtype=torch.float8_e4m3fn),
+    "sinks": dict(has_sinks=True),
+    "kv sharing": dict(kv_sharing=True),
+}
+
+
+@pytest.mark.parametrize("name", list(WELL_FORMED))
+def test_combined_run_check_accepts_well_formed_calls(ref, name):
+    """The calls engines make (views of a fused QKV output, padding rows, a preallocated or
+    absent ``out``) take the combined check, so eager steps do not pay the full one."""
+    spec = pa.AttentionSpec(4, 2, 32, torch.bfloat16, block_size=16, **WELL_FORMED[name])
+    scale = 0.5 if spec.fp8_kv else 1.0
+    base = make_case(
+        spec,
+        [1, 3],
+        [17, 20],
+        num_decodes=1,
+        device="cpu",
+        seed=1,
+        pad_rows=2,
+        k_scale=scale,
+        v_scale=scale,
+    )
+    layouts = () if spec.kv_sharing else QUERY_LAYOUTS  # no K/V to lay out beside the query
+    attn = pa.attention(spec, ref)
+    plan = attn.plan(base.batch)
+    for case in (base, *(with_query_layout(base, layout) for layout in layouts)):
+        out = torch.empty(case.query.shape, dtype=spec.dtype)
+        for o in (out, None):
+            a = (case.query, case.key, case.value, case.cache, plan, case.sinks, o)
+            assert attn._accepts_run(*a)
 
 
 def test_kv_sharing_rejects_tensors(ref):

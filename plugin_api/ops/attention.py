@@ -546,6 +546,37 @@ class AttentionPlan:
     impl: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class _RunShape:
+    """What ``Attention.run``'s combined check compares against, read off the spec once."""
+
+    q_dtype: torch.dtype
+    dtype: torch.dtype
+    cache_dtype: torch.dtype
+    q_tail: tuple[int, int]  # query.shape[1:]
+    kv_tail: tuple[int, int]  # key/value.shape[1:]
+    cache_tail: tuple[int, int, int, int]  # kv_cache.data.shape[1:]
+    sinks_shape: tuple[int]
+    kv_sharing: bool
+    fp8_kv: bool
+    has_sinks: bool
+
+    @classmethod
+    def of(cls, s: AttentionSpec) -> _RunShape:
+        return cls(
+            s.q_dtype,
+            s.dtype,
+            s.cache_dtype,
+            (s.num_heads, s.head_size),
+            (s.num_kv_heads, s.head_size),
+            (2, s.num_kv_heads, s.block_size, s.head_size),
+            (s.num_heads,),
+            s.kv_sharing,
+            s.fp8_kv,
+            s.has_sinks,
+        )
+
+
 class Attention:
     """Attention for one ``AttentionSpec``, resolved on a backend.
 
@@ -566,6 +597,7 @@ class Attention:
         # plan() checks slot_mapping against the block table when asked, or under strict: the
         # check costs more than 2% of a small decode layer (docs/benchmarks.md), so it is opt-in
         self.checks_slot_mapping = settings.strict or settings.check_slot_mapping
+        self._run_shape = _RunShape.of(spec)
 
     @property
     def device(self) -> torch.device:
@@ -647,17 +679,108 @@ class Attention:
         - ``sinks`` ``[num_heads]`` fp32, required iff ``spec.has_sinks``.
         - ``out`` ``[T, num_heads, head_size]`` in ``spec.dtype``; allocated when None.
         """
-        self._check_run(query, key, value, kv_cache, plan, sinks, out)
+        # one combined check of what every well-formed call satisfies; anything else takes the
+        # argument-by-argument checks, which name the offending argument (eager decode steps
+        # on a GPU are host-bound: issue 34 measured these checks at a sixth of the step)
+        if not self._accepts_run(query, key, value, kv_cache, plan, sinks, out):
+            self._check_run(query, key, value, kv_cache, plan, sinks, out)
         if out is None:
             out = torch.empty(query.shape, dtype=self.spec.dtype, device=query.device)
         written = checks.Outputs((("out", out), ("kv_cache.data", kv_cache.data)))
         if key is not None and value is not None:
             self.impl.write_kv(self.spec, key, value, kv_cache, plan.impl_plan)
-            written.check("attention.run", self.impl)
         self.impl.forward(self.spec, query, kv_cache, plan.impl_plan, sinks, out)
+        # once, after both kernels: a rebound output is reported whichever of them rebound it
         written.check("attention.run", self.impl)
         note(self.provenance)
         return out
+
+    def _accepts_run(
+        self,
+        query: object,
+        key: object,
+        value: object,
+        kv_cache: object,
+        plan: object,
+        sinks: object,
+        out: object,
+    ) -> bool:
+        """True only where ``_check_run`` would pass: exact types, this plan's implementation
+        and spec, expected dtypes, shapes and devices, contiguous outputs (so no internal
+        overlap) whose byte ranges meet no other argument's. False sends the call to
+        ``_check_run``, which raises with the argument named (or passes a rarer valid call,
+        such as an output in the row gaps of a fused input)."""
+        e = self._run_shape
+        if type(plan) is not AttentionPlan or plan.impl is not self.impl:
+            return False
+        if plan.spec is not self.spec and plan.spec != self.spec:
+            return False
+        if type(kv_cache) is not KVCache or type(query) is not torch.Tensor:
+            return False
+        dev = query.device
+        if dev != plan.device and not checks.same_device(dev, plan.device):
+            return False
+        qs = query.shape
+        tokens = plan.num_tokens
+        if query.dtype != e.q_dtype or qs[1:] != e.q_tail or qs[0] < tokens or query.stride(2) != 1:
+            return False
+        tensors: list[torch.Tensor] = [query]
+        if e.kv_sharing:
+            if key is not None or value is not None:
+                return False
+        else:
+            for x in (key, value):
+                if (
+                    type(x) is not torch.Tensor
+                    or x.dtype != e.dtype
+                    or x.device != dev
+                    or x.shape[1:] != e.kv_tail
+                    or x.shape[0] < tokens
+                    or x.stride(2) != 1
+                ):
+                    return False
+                tensors.append(x)
+        cache = kv_cache.data
+        if (
+            type(cache) is not torch.Tensor
+            or cache.dtype != e.cache_dtype
+            or cache.device != dev
+            or cache.shape[1:] != e.cache_tail
+            or plan.max_block_id >= cache.shape[0]
+            or not cache.is_contiguous()
+        ):
+            return False
+        for v in (kv_cache.k_scale, kv_cache.v_scale):
+            if type(v) is not float or not (v > 0 and math.isfinite(v)):
+                return False
+            if not e.fp8_kv and v != 1.0:
+                return False
+        if e.has_sinks:
+            if (
+                type(sinks) is not torch.Tensor
+                or sinks.dtype != torch.float32
+                or sinks.device != dev
+                or sinks.shape != e.sinks_shape
+                or not sinks.is_contiguous()
+            ):
+                return False
+            tensors.append(sinks)
+        elif sinks is not None:
+            return False
+        outputs = [] if e.kv_sharing else [cache]
+        if out is not None:
+            if (
+                type(out) is not torch.Tensor
+                or out.dtype != e.dtype
+                or out.device != dev
+                or out.shape != qs
+                or not out.is_contiguous()
+            ):
+                return False
+            outputs.append(out)
+        if e.kv_sharing:
+            tensors.append(cache)
+        return checks.apart(outputs, tensors)
 
     def _check_run(
         self,

@@ -86,6 +86,8 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     """``[first, last]`` byte addresses ``t`` touches (non-empty ``t``)."""
     size = t.element_size()
     lo = hi = t.data_ptr()
+    if t.is_contiguous():
+        return lo, lo + t.numel() * size - 1
     for n, st in zip(t.shape, t.stride(), strict=True):
         reach = (n - 1) * st * size
         if reach < 0:
@@ -164,6 +166,19 @@ def no_overlap(
                     f"{op}: {name} overlaps {other_name} in memory; an output must not share "
                     f"memory with another argument (pass separate tensors)"
                 )
+
+
+def apart(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> bool:
+    """Whether every output's byte range meets no input's and no other output's: a cheap
+    sufficient condition for ``no_overlap`` (outputs must also be free of internal overlap).
+    False says only that the exact check is needed."""
+    spans = [_byte_span(t) for t in outputs if t.numel()]
+    spans_in = [_byte_span(t) for t in inputs if t.numel()]
+    for i, (lo, hi) in enumerate(spans):
+        for o_lo, o_hi in (*spans[:i], *spans_in):
+            if not (hi < o_lo or o_hi < lo):
+                return False
+    return True
 
 
 class Outputs:
