@@ -133,6 +133,13 @@ def test_check_k_matching_nothing_fails():
     assert "no kit case matches -k 'no_such_case'" in r.stdout and "result: FAIL" in r.stdout
 
 
+@pytest.mark.parametrize("expr", ["", "  "])
+def test_check_k_refuses_an_empty_expression(expr):
+    r = cli("check", "-k", expr)
+    assert r.returncode == 2
+    assert "argument -k: an empty expression selects every case" in r.stderr
+
+
 SELECT = """
 import json, warnings, plugin_api
 from plugin_api.selection import process_selection

@@ -138,6 +138,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     return code
 
 
+def _kit_expression(text: str) -> str:
+    """``check -k``: a blank expression would select every case while the report calls the run
+    a subset."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty expression selects every case; leave -k out to run the whole kit"
+        )
+    return text
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     data = version_report(read_settings())
     _emit(args, data, version_text(data))
@@ -198,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-k",
         dest="cases",
         metavar="EXPR",
+        type=_kit_expression,
         help="only the cases whose test names match EXPR, a pytest -k expression (e.g. "
         "'gemm or quant'); the report says it is a subset, and no match is a failure",
     )
