@@ -17,7 +17,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from plugin_api.triton import attention, cache_write, quant, state_copy
+from plugin_api.triton import attention, cache_write, quant, scaled_mm, state_copy
 from plugin_api.triton.launch import lookup
 
 # (target, the launch-table key a device of that kind resolves to, the binary Triton must emit)
@@ -55,11 +55,12 @@ def _signature(
     return sig
 
 
-def _compile(target: str, fn: Any, pointers, constexprs, floats=(), **options) -> None:
+def _compile(target: str, fn: Any, pointers, constexprs, floats=(), **options) -> Any:
     gpu, _, binary = TARGETS[target]
     src = ASTSource(fn, _signature(fn, pointers, constexprs, floats), constexprs=constexprs)
     kernel = triton.compile(src, target=gpu, options=options or None)
     assert kernel.asm.get(binary), f"no {binary} for {fn.__name__} on {target}"
+    return kernel
 
 
 def _table(target: str):
@@ -173,3 +174,40 @@ def test_block_copy_kernel(target: str, zero: bool) -> None:
         dict(ZERO=zero, BLOCK=cfg.block),
         num_warps=cfg.num_warps,
     )
+
+
+# fused multiply-adds of fp32 values in each target's assembly (the int8 MMAs are not these)
+FP32_FMA = {"sm90": ("fma.rn.f32",), "gfx942": ("v_fma_f32", "v_fmac_f32", "v_pk_fma_f32")}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("tier", ["decode", "prefill"])
+@pytest.mark.parametrize(
+    "out_dtype,bias,even_k",
+    [(torch.bfloat16, True, False), (torch.float16, False, True), (torch.float32, True, True)],
+    ids=["bf16-bias", "fp16-even-k", "fp32-bias-even-k"],
+)
+def test_scaled_mm_kernel(
+    target: str, tier: str, out_dtype: torch.dtype, bias: bool, even_k: bool
+) -> None:
+    """Both tiles of the launch table, with the launcher's compile options: no fp32 FMA in the
+    epilogue (an FMA would round ``t * w_scale + bias`` once where the reference rounds twice)."""
+    tile = getattr(_table(target).scaled_mm, tier)
+    bf16 = out_dtype == torch.bfloat16
+    pointers = {"x_ptr": torch.int8, "w_ptr": torch.int8, "xs_ptr": torch.float32}
+    pointers.update(ws_ptr=torch.float32, bias_ptr=torch.float32)
+    pointers["out_ptr"] = out_dtype
+    constexprs = dict(HAS_BIAS=bias, OUT_BF16=bf16, EVEN_K=even_k, BLOCK_M=tile.block_m)
+    constexprs.update(BLOCK_N=tile.block_n, BLOCK_K=tile.block_k)
+    kernel = _compile(
+        target,
+        scaled_mm._scaled_mm_kernel,
+        pointers,
+        constexprs,
+        num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
+        **scaled_mm.COMPILE_OPTIONS,
+    )
+    assembly = kernel.asm["ptx" if target == "sm90" else "amdgcn"]
+    fused = [op for op in FP32_FMA[target] if op in assembly]
+    assert not fused, f"fp32 FMAs {fused} in the {tier} kernel for {target}"

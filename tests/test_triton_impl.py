@@ -16,7 +16,15 @@ from plugin_api.ops.attention import FP8, AttentionSpec
 from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
 from plugin_api.triton.impl import TritonAttention, TritonQuant, TritonState
-from plugin_api.triton.launch import DEFAULT, TABLES, AttentionLaunch, LaunchTable, lookup
+from plugin_api.triton.launch import (
+    DEFAULT,
+    TABLES,
+    AttentionLaunch,
+    GemmTile,
+    LaunchTable,
+    ScaledMmLaunch,
+    lookup,
+)
 
 
 def _capture(info: DeviceInfo) -> Decision:
@@ -140,3 +148,14 @@ def test_launch_table_lookup_falls_back_by_device_type_then_default():
 def test_launch_tables_are_checked():
     with pytest.raises(ValueError, match=r"attention.block_m=24 must be a power of two >= 16"):
         LaunchTable(DEFAULT.quant, AttentionLaunch(24, 32, 4, 2), DEFAULT.copy)
+
+
+def test_scaled_mm_tiles_are_checked_and_chosen_by_m():
+    bad = ScaledMmLaunch(GemmTile(16, 32, 16, 4, 2), DEFAULT.scaled_mm.prefill)
+    with pytest.raises(
+        ValueError, match=r"scaled_mm.decode.block_k=16 must be a power of two >= 32"
+    ):
+        LaunchTable(DEFAULT.quant, DEFAULT.attention, DEFAULT.copy, bad)
+    sm90 = TABLES["cuda:sm_90"].scaled_mm
+    assert sm90.tile_for(1) is sm90.tile_for(16) is sm90.decode  # decode: one 16-row tile
+    assert sm90.tile_for(17) is sm90.prefill

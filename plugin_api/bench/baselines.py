@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..gpu.torch_gemm import INT_MM_MIN_M
+
 
 @dataclass(frozen=True, slots=True)
 class Baseline:
@@ -82,6 +84,40 @@ def scaled_upcast_fp32(
     return Baseline(
         "upcast_fp32",
         "(x_q.float() @ w_q.float().T) * s_x * s_w in fp32, weight upcast once outside the timing",
+        run,
+    )
+
+
+def int_mm_scaled(
+    quant: Callable[[torch.Tensor, torch.Tensor], object],
+    m: int,
+    w_q: torch.Tensor,
+    w_scale: torch.Tensor,
+    out: torch.Tensor,
+) -> Baseline:
+    """torch's int8 path for the whole W8A8 layer: ``quant(x_q, x_scale)`` (the backend's
+    per-token quant, into the first ``m`` rows of a zero-padded buffer), ``torch._int_mm`` into
+    a preallocated int32 buffer, then ``* s_x * s_w`` in fp32 and the cast into ``out``."""
+    k, n, device = w_q.shape[1], w_q.shape[0], out.device
+    rows = max(m, INT_MM_MIN_M)  # _int_mm's row minimum on CUDA; the padding rows stay zero
+    x_pad = torch.zeros((rows, k), dtype=torch.int8, device=device)
+    x_scale = torch.empty((m, 1), dtype=torch.float32, device=device)
+    acc = torch.empty((rows, n), dtype=torch.int32, device=device)
+    y = torch.empty((m, n), dtype=torch.float32, device=device)
+    w_t, sw = w_q.t(), w_scale.view(1, -1)
+
+    def run() -> None:
+        quant(x_pad[:m], x_scale)
+        torch._int_mm(x_pad, w_t, out=acc)
+        torch.mul(acc[:m], x_scale, out=y)
+        y.mul_(sw)
+        out.copy_(y)
+
+    return Baseline(
+        "int_mm",
+        f"the same per-token quant, then torch._int_mm (rows zero-padded to {INT_MM_MIN_M}, "
+        "int32 into a preallocated buffer) and * s_x * s_w in fp32, cast to the output dtype: "
+        "torch's int8 path with no allocation per call",
         run,
     )
 

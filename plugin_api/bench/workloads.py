@@ -131,6 +131,9 @@ def _gemm(case: GemmCase, ctx: Context) -> Workload:
         per_token_group_quant(x, k, torch.int8, out=x_q, out_scales=x_scale, backend=be)
         return scaled_mm(x_q, x_scale, packed, out=out)
 
+    def quant_into(q: torch.Tensor, s: torch.Tensor) -> object:
+        return per_token_group_quant(x, k, torch.int8, out=q, out_scales=s, backend=be)
+
     quant_then_mm()  # fills x_q/x_scale with real values for the upcast baseline below
     wq32 = ctx.fixtures.get("upcast", (n, k, "int8"), lambda: w_q.float())
     return Workload(
@@ -138,6 +141,7 @@ def _gemm(case: GemmCase, ctx: Context) -> Workload:
         (
             bl.linear_bf16(x, w, case.out_dtype),
             bl.scaled_upcast_fp32(x_q, x_scale, wq32, w_scale, out.clone()),
+            bl.int_mm_scaled(quant_into, m, w_q, w_scale, out.clone()),
         ),
     )
 

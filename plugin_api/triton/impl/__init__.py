@@ -6,6 +6,7 @@ Light to import (no triton): a plugin builds them with its ``TritonTarget`` and 
 
 from ...gpu.triton_target import MIN_TRITON, TritonTarget
 from .attention import TritonAttention, TritonAttentionPlan
+from .gemm import TritonScaledMm
 from .quant import TritonQuant
 from .state import TritonState
 
@@ -14,6 +15,7 @@ __all__ = [
     "TritonAttention",
     "TritonAttentionPlan",
     "TritonQuant",
+    "TritonScaledMm",
     "TritonState",
     "TritonTarget",
 ]

@@ -1,10 +1,18 @@
-"""GEMM on CUDA through torch: the host's ``TorchGemm`` (cuBLAS underneath), with an fp32 output
-straight from the fp32 accumulator (``torch.mm(..., out_dtype=torch.float32)``) for the LM head,
-and int8 W8A8 through ``torch._int_mm``.
+"""GEMM on CUDA: two implementations, asked in this order (the host takes the first that
+accepts a spec, ``plugin_api.backend.resolve_op``):
 
-This plugin's evidence is rules on ``DeviceInfo``: the GPU architecture (``rules.arch_of``) and
-the torch version, so a what-if ``DeviceInfo`` gets the real answer. ``prepare`` still checks
-both features on the device; a missing one is an error, never emulated.
+1. ``triton``: the host's Triton int8 ``scaled_mm`` (``plugin_api.triton.scaled_mm``), for
+   int8 W8A8 specs only: one launch, no allocation, no host sync, any N and K. It rejects
+   float specs, and every spec where no Triton >= 3.0 is installed.
+2. ``torch-cublas``: the host's ``TorchGemm`` (cuBLAS underneath) for every float spec, with an
+   fp32 output straight from the fp32 accumulator (``torch.mm(..., out_dtype=torch.float32)``)
+   for the LM head; and int8 through ``torch._int_mm`` (N and K multiples of 8) where the
+   Triton kernel is not available, named in the op's trace and provenance.
+
+This plugin's evidence is rules on ``DeviceInfo``: the GPU architecture (``rules.arch_of``), the
+torch version and the Triton found, so a what-if ``DeviceInfo`` gets the real answer.
+``prepare`` still checks torch's features on the device; a missing one is an error, never
+emulated.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from plugin_api.contract.decision import Decision
 from plugin_api.device_info import DeviceInfo
 from plugin_api.gpu.platforms import CUDA
 from plugin_api.gpu.torch_gemm import TorchGemm
+from plugin_api.triton.impl import TritonScaledMm
 
+from .probe import TRITON
 from .rules import arch_of
 
 OUT_DTYPE_MM_SINCE = Version("2.8")  # aten::mm.dtype on CUDA (pytorch#150812)
@@ -57,8 +67,10 @@ def int_mm(info: DeviceInfo) -> Decision:
     return Decision.accept(f"torch._int_mm on {arch_of(info)} (cuBLASLt int8)")
 
 
-def implementations() -> tuple[TorchGemm]:
+def implementations() -> tuple[TritonScaledMm, TorchGemm]:
+    """In the order the host asks them: the Triton int8 kernel first, then torch."""
     return (
+        TritonScaledMm(TRITON),
         TorchGemm(
             "torch-cublas",
             "cuda-sm90",
