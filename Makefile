@@ -67,12 +67,13 @@ lint: setup
 	$(VENV)/bin/mypy plugin_api $(foreach p,$(PLUGINS) $(INTEGRATIONS),$(p)/$(subst -,_,plugin_api_$(notdir $(p))))
 
 # The Triton kernels run on the CPU only in the interpreter, which must be chosen before triton
-# traces them: their own pytest process, so no other test runs interpreted.
+# traces them: their own pytest process, so no other test runs interpreted (the cuda-sm90 K/V
+# write through its plan runs there too).
 # The kit's attention cases run a second time with the CPU attention's matrix layout forced on
 # (AMX where the CPU has it; elsewhere torch's gemm runs it), so that every machine checks it.
 test: setup system-deps lint
 	$(VENV)/bin/pytest --ignore=tests/triton_kernels
-	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels
+	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels plugins/cuda-sm90/tests/test_kv_write.py
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
 	PLUGIN_API_ONEDNN_ATTENTION_MATRIX=on $(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl -k attention

@@ -9,8 +9,11 @@
 #   env       GPU, versions, `plugin-api doctor --json` on the real machine
 #   kit       the conformance kit on cuda-sm90 (oracle comparison; on CUDA its graph test
 #             captures and replays every accepted spec and compares with eager)
-#   gpu       the plugin's GPU tests: padded one-token graphs, replay after re-planning
-#   targets   issue targets: decode K/V bytes/s vs copy bandwidth, LM head 40x4096x248320
+#   gpu       the plugin's GPU tests: padded one-token graphs, replay after re-planning, the K/V
+#             write (one kernel, bit-exact against the reference), pinned staging under load,
+#             the int8 W8A8 path (no host sync, graph replay, bit-exact against the reference)
+#   targets   issue targets: decode K/V bytes/s vs copy bandwidth (and at each block size),
+#             LM head 40x4096x248320 twice
 #   overhead  eager decode step vs graph replay, and a cProfile of eager steps (into targets.log)
 #   bench     `plugin-api bench --op attention --op gemm` (if this checkout has the verb)
 #   serve     vLLM's OpenAI server on the bridge (plugin-api-vllm) on CUDA: a tiny local model,
@@ -123,7 +126,7 @@ python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
 for s in $STAGES; do
     case $s in
     kit) stage kit kit 330 python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" --plugin-api-backend=cuda-sm90 -ra ;;
-    gpu) stage gpu gpu 120 python3 -m pytest -q -p no:cacheprovider -ra plugins/cuda-sm90/tests/test_gpu.py ;;
+    gpu) stage gpu gpu 180 python3 -m pytest -q -p no:cacheprovider -ra plugins/cuda-sm90/tests/test_gpu.py plugins/cuda-sm90/tests/test_kv_write.py plugins/cuda-sm90/tests/test_gemm.py ;;
     targets) stage targets targets 150 python3 plugins/cuda-sm90/tools/targets.py "$OUT/targets.json" ;;
     overhead) stage overhead targets 90 python3 plugins/cuda-sm90/tools/overhead.py ;;
     bench)

@@ -1,5 +1,7 @@
 """Paged attention through FlashInfer: decode rows by XQA (SM90/SM12x) or trtllm-gen (SM100),
-prefill rows by the FA2 paged prefill (its sink-aware variant when the spec has sinks).
+prefill rows by the FA2 paged prefill (its sink-aware variant when the spec has sinks). With an
+fp8 cache on SM90/SM12x every row goes through the FA2 prefill (``rules.decode_kernel``). The
+K/V write is one launch of the host's Triton kernel over the plan's slots.
 
 ``plan`` runs once per step on the host batch (no device sync); ``forward`` per layer only
 launches kernels on plan buffers, so decode steps can be captured in CUDA graphs at the level
@@ -32,7 +34,7 @@ from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
 from . import calls, metadata
 from .cudagraph import cudagraph_support
 from .metadata import FlashInferPlan
-from .rules import ARCH_OF_MAJOR, Arch, attention_decision
+from .rules import ARCH_OF_MAJOR, Arch, attention_decision, decodes_in_prefill
 
 # FlashInfer scratch: XQA takes 8 MiB of semaphores (zeroed once, kernels reset them) plus
 # split-KV scratch; the FA2 prefill its split-KV partial outputs. Shared by layers and specs.
@@ -62,7 +64,7 @@ DENSE_DECODE_QUERY = "cuda-sm90 attention: a strided query's decode rows copied 
 def dense_decode_rows(query: torch.Tensor, rows: int) -> torch.Tensor:
     """``query[:rows]`` as the decode kernels read it: dense ``[rows, H, D]`` (a copy, noted
     with ``note_kernel``, only when the rows are strided)."""
-    q = query[:rows]
+    q = query if query.shape[0] == rows else query[:rows]
     if q.is_contiguous():
         return q
     note_kernel(DENSE_DECODE_QUERY)
@@ -74,7 +76,7 @@ class FlashInferAttention:
     path = ImplPath.NATIVE
 
     def __init__(self) -> None:
-        self._arch: dict[str, Arch] = {}
+        self._arch: dict[torch.device, Arch] = {}
 
     def supports(self, spec: AttentionSpec, info: DeviceInfo) -> Decision:
         return attention_decision(spec, info)
@@ -83,14 +85,14 @@ class FlashInferAttention:
         return cudagraph_support(spec, info)
 
     def _arch_of(self, device: torch.device) -> Arch:
-        key = str(device)
-        if key not in self._arch:
+        arch = self._arch.get(device)  # per layer: keyed by the device itself, no str()
+        if arch is None:
             major = torch.cuda.get_device_capability(device)[0]
             arch = ARCH_OF_MAJOR.get(major)
             if arch is None:
                 raise RuntimeError(f"cuda-sm90: {device} has compute capability {major}.x")
-            self._arch[key] = arch
-        return self._arch[key]
+            self._arch[device] = arch
+        return arch
 
     def plan(
         self,
@@ -99,12 +101,15 @@ class FlashInferAttention:
         device: torch.device,
         reuse: FlashInferPlan | None,
     ) -> FlashInferPlan:
-        plan = metadata.build_plan(spec, batch, device, reuse)
+        in_prefill = decodes_in_prefill(spec, self._arch_of(device))
+        plan = metadata.build_plan(spec, batch, device, reuse, decodes_in_prefill=in_prefill)
         if plan.prefill is not None:
             if plan.prefill_wrapper is None:
                 ws = WORKSPACES.get("prefill", device, PREFILL_WORKSPACE_BYTES)
                 plan.prefill_wrapper = calls.prefill_wrapper_call(spec, ws).invoke()
             calls.prefill_plan_call(spec, plan.prefill, plan.prefill_wrapper).invoke()
+        if plan.decode is not None and plan.decode_workspace is None:
+            plan.decode_workspace = WORKSPACES.get("decode", device, DECODE_WORKSPACE_BYTES)
         return plan
 
     def write_kv(
@@ -115,9 +120,7 @@ class FlashInferAttention:
         kv_cache: KVCache,
         plan: FlashInferPlan,
     ) -> None:
-        metadata.write_kv(
-            spec, key, value, kv_cache.data, kv_cache.k_scale, kv_cache.v_scale, plan.bufs
-        )
+        metadata.write_kv(key, value, kv_cache.data, kv_cache.k_scale, kv_cache.v_scale, plan.bufs)
 
     def forward(
         self,
@@ -129,7 +132,9 @@ class FlashInferAttention:
         out: torch.Tensor,
     ) -> None:
         if plan.decode is not None:
-            ws = WORKSPACES.get("decode", query.device, DECODE_WORKSPACE_BYTES)
+            ws = plan.decode_workspace
+            if ws is None:  # a plan made by metadata.build_plan alone
+                ws = WORKSPACES.get("decode", query.device, DECODE_WORKSPACE_BYTES)
             arch = self._arch_of(query.device)
             # the decode call covers the first decode_rows rows of whatever query it is given
             q = dense_decode_rows(query, plan.decode_rows(query.shape[0]))

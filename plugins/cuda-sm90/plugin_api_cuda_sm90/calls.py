@@ -71,24 +71,44 @@ def decode_call(
     out: torch.Tensor,
     workspace: torch.Tensor,
 ) -> Call:
-    """The decode kernel call for the plan's decode rows (XQA, or trtllm-gen on SM100)."""
+    """The decode kernel call for the plan's decode rows (XQA, or trtllm-gen on SM100).
+
+    What depends only on the spec and the plan (buffer views, lengths, mask, window) is made
+    once per step and query row count, on the first layer (``plan.decode_fixed``); each call
+    adds the layer's query, cache, scales, output, sinks and the workspace."""
+    rows = plan.decode_rows(query.shape[0])
+    fixed = plan.decode_fixed.get((arch, rows))
+    if fixed is None:
+        fixed = plan.decode_fixed[(arch, rows)] = _decode_fixed(spec, arch, plan, rows)
+    target, kwargs = fixed
+    return Call(
+        target,
+        kwargs=dict(
+            kwargs,
+            query=query if query.shape[0] == rows else query[:rows],
+            kv_cache=kv_cache.data,
+            workspace_buffer=workspace,
+            bmm1_scale=spec.softmax_scale * kv_cache.k_scale,
+            bmm2_scale=kv_cache.v_scale,
+            out=out if out.shape[0] == rows else out[:rows],
+            sinks=sinks,
+        ),
+    )
+
+
+def _decode_fixed(
+    spec: AttentionSpec, arch: Arch, plan: FlashInferPlan, rows: int
+) -> tuple[str, dict[str, Any]]:
+    """The decode call's target and the arguments every layer of the step shares."""
     d = plan.decode
     assert d is not None
-    rows = plan.decode_rows(query.shape[0])
-    batch = plan.decode_requests(query.shape[0])
+    batch = plan.decode_requests(rows)
     b = plan.bufs
     kwargs: dict[str, Any] = dict(
-        query=query[:rows],
-        kv_cache=kv_cache.data,
-        workspace_buffer=workspace,
         block_tables=b.block_table[:batch],
         seq_lens=b.seq_lens[:batch],
         max_seq_len=plan.capacity.blocks_per_seq * spec.block_size,
-        bmm1_scale=spec.softmax_scale * kv_cache.k_scale,
-        bmm2_scale=kv_cache.v_scale,
         window_left=window_left(spec),
-        out=out[:rows],
-        sinks=sinks,
         kv_layout=KV_LAYOUT,
         q_len_per_req=d.q_len_per_req,
     )
@@ -97,19 +117,20 @@ def decode_call(
         if d.ragged:
             kwargs.update(max_q_len=d.q_len_per_req, cum_seq_lens_q=b.q_cu_seq_lens[: batch + 1])
             kwargs["q_len_per_req"] = None
-        return Call(TRTLLM_DECODE, kwargs=kwargs)
+        return TRTLLM_DECODE, kwargs
     if d.needs_mask:
         width = 2 * -(-d.q_len_per_req // 32)
         mask = b.mask[: rows * width // 2].view(torch.uint16).view(rows, width)
         kwargs["mask"] = mask if d.ragged else mask.view(batch, d.q_len_per_req, width)
     if d.ragged:
         kwargs["q_cu_seq_lens"] = b.q_cu_seq_lens[: batch + 1]
-    return Call(XQA_DECODE, kwargs=kwargs)
+    return XQA_DECODE, kwargs
 
 
 def prefill_wrapper_call(spec: AttentionSpec, workspace: torch.Tensor) -> Call:
     """The prefill wrapper's constructor: the sink-aware variant iff the spec has sinks (the
-    plain wrapper accepts ``sinks`` at run time and drops them on FA2/FA3)."""
+    plain wrapper accepts ``sinks`` at run time and drops them on FA2/FA3). With an fp8 cache
+    on SM90/SM12x it runs every row of the step (``rules.decode_kernel``)."""
     kwargs: dict[str, Any] = dict(
         float_workspace_buffer=workspace, kv_layout=KV_LAYOUT, backend=PREFILL_BACKEND
     )
@@ -126,7 +147,9 @@ def prefill_wrapper_call(spec: AttentionSpec, workspace: torch.Tensor) -> Call:
 
 
 def prefill_plan_call(spec: AttentionSpec, step: PrefillStep, wrapper: Any) -> Call:
-    """``wrapper.plan(...)`` with CPU page metadata (FlashInfer copies it, no sync)."""
+    """``wrapper.plan(...)`` with CPU page metadata (FlashInfer copies it, no sync); the query
+    and output in the model dtype, the cache's dtype for K/V (the FA2 kernel casts an fp8 K/V
+    tile to the query's dtype before its fp16/bf16 MMAs)."""
     return Call(
         SINK_PREFILL if spec.has_sinks else PREFILL,
         method="plan",
@@ -160,7 +183,11 @@ def prefill_run_call(
     out: torch.Tensor,
 ) -> Call:
     """``wrapper.run(...)`` over the prefill rows; the sink variant takes ``sinks, sm_scale``
-    positionally (its JIT module's extra tensor and scalar)."""
+    positionally (its JIT module's extra tensor and scalar).
+
+    An fp8 cache passes ``k_scale`` (FlashInfer folds it into sm_scale, the sink variant into
+    its positional one) and ``v_scale`` (FlashInfer multiplies ``out`` by it in place, so the
+    caller's output view keeps the result)."""
     rows = slice(step.first_row, step.first_row + step.num_rows)
     kwargs: dict[str, Any] = dict(out=out[rows])
     if spec.fp8_kv:

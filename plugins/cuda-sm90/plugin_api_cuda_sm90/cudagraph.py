@@ -17,7 +17,7 @@ from plugin_api.contract.graphs import GraphLevel, GraphSupport, unless_refused
 from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import AttentionSpec
 
-from .rules import Arch, arch_of, attention_decision
+from .rules import Arch, DecodeKernel, arch_of, attention_decision, decode_kernel
 
 Condition = Callable[[AttentionSpec, Arch], bool]
 
@@ -31,8 +31,16 @@ class GraphRule:
 
 
 # Rows for served specs only: the refusals (another architecture, FlashInfer outside the
-# validated range, head sizes, dtypes, fp8 KV on XQA, dcp_size > 1, ...) never reach them.
+# validated range, head sizes, dtypes, a soft cap, dcp_size > 1, ...) never reach them.
 TABLE: tuple[GraphRule, ...] = (
+    GraphRule(
+        "SM90 or SM12x, fp8 KV cache (every row through the FA2 paged prefill)",
+        lambda s, a: decode_kernel(s, a) is DecodeKernel.FA2,
+        GraphLevel.NEVER,
+        "decode rows run in the FA2 paged prefill, which FlashInfer plans on the host per "
+        "batch (launch sizes and split-KV work lists in its wrapper, not in the plan's stable "
+        "buffers), so a replay would run the captured batch's plan; no step is captured",
+    ),
     GraphRule(
         "SM100, non-causal",
         lambda s, a: a is Arch.SM100 and not s.causal,
@@ -47,8 +55,8 @@ TABLE: tuple[GraphRule, ...] = (
         "trtllm-gen decode takes q_len_per_req = 1 + speculative tokens from plan buffers",
     ),
     GraphRule(
-        "SM90 or SM12x (XQA), causal or not, any speculative tokens",
-        lambda s, a: a in (Arch.SM90, Arch.SM12X),
+        "SM90 or SM12x, fp16/bf16 KV cache (XQA), causal or not, any speculative tokens",
+        lambda s, a: decode_kernel(s, a) is DecodeKernel.XQA,
         GraphLevel.UNIFORM_BATCH,
         "XQA decode reads q_len_per_req = 1 + speculative tokens and the bit-packed draft "
         "mask from plan buffers; uniform batches, speculative included, replay",
@@ -68,6 +76,6 @@ def cudagraph_support(spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:
     """The CUDA-graph level of ``spec`` on the machine ``info`` describes, with the reason.
 
     Mixed prefill/decode batches are never captured (no row says ALWAYS): the FlashInfer
-    prefill plans on the host per batch.
+    prefill plans on the host per batch; so, on SM90/SM12x, is no step with an fp8 cache.
     """
     return unless_refused(attention_decision(spec, info), lambda: _table_level(spec, arch_of(info)))

@@ -3,7 +3,9 @@
 
 The plan holds device buffers sized by a ``Capacity`` so that a captured CUDA graph keeps
 reading the same storage: ``build_plan(..., reuse=previous)`` refills them in place, and a batch
-that does not fit is an error (a graph captured on the old buffers would read stale data).
+that does not fit is an error (a graph captured on the old buffers would read stale data). The
+buffers are named views of one device storage; a plan chain fills a host copy of it in place
+(pinned on CUDA) and sends it with one asynchronous copy per step.
 
 Decode requests come first in the batch. Their query lengths are *uniform* (every decode has
 ``q_len_per_req`` tokens; a step of one-token decodes keeps the padding rows of a captured graph
@@ -25,7 +27,9 @@ Draft mask bit layout (what FlashInfer XQA reads, ``flashinfer.xqa.xqa(mask=...)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,51 +135,100 @@ class PrefillStep:
     kv_last_page_len: torch.Tensor  # [P], in 1..block_size
 
 
+BUFFER_NAMES = ("slots", "block_table", "seq_lens", "q_cu_seq_lens", "mask")
+
+
+def _layout(cap: Capacity) -> tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]:
+    """Each named buffer's dtype and shape, in storage order (the int64 one first, so every
+    view starts at a multiple of its element size)."""
+    return (
+        ("slots", torch.int64, (cap.tokens,)),
+        ("block_table", torch.int32, (cap.seqs, cap.blocks_per_seq)),
+        ("seq_lens", torch.int32, (cap.seqs,)),
+        ("q_cu_seq_lens", torch.int32, (cap.seqs + 1,)),
+        ("mask", torch.int32, (cap.tokens * cap.mask_words,)),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Buffers:
-    """Device buffers a captured graph reads; refilled in place by a reusing plan."""
+    """Named views of one storage: on the device, what a captured graph reads (refilled in
+    place by a reusing plan); on the host, the staging copy they are sent from."""
 
+    storage: torch.Tensor  # uint8; holds every buffer below, in ``_layout`` order
+    slots: torch.Tensor  # int64 [tokens]; cache slot of each query row's K/V, -1: none
     block_table: torch.Tensor  # int32 [seqs, blocks_per_seq]; decode requests' blocks
     seq_lens: torch.Tensor  # int32 [seqs]; 0 for padding requests
     q_cu_seq_lens: torch.Tensor  # int32 [seqs + 1]; ragged decode offsets
     mask: torch.Tensor  # int32 [tokens * mask_words]; draft-mask words, viewed per step
-    write_rows: torch.Tensor  # int64 [tokens]; query row whose K/V is written
-    write_blocks: torch.Tensor  # int64 [tokens]
-    write_offsets: torch.Tensor  # int64 [tokens]
-    write_valid: torch.Tensor  # bool [tokens]; False only when nothing is written this step
 
     @classmethod
-    def allocate(cls, cap: Capacity, device: torch.device) -> Buffers:
-        def z(*shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
-            return torch.zeros(shape, dtype=dtype, device=device)
-
-        return cls(
-            block_table=z(cap.seqs, cap.blocks_per_seq),
-            seq_lens=z(cap.seqs),
-            q_cu_seq_lens=z(cap.seqs + 1),
-            mask=z(cap.tokens * cap.mask_words),
-            write_rows=z(cap.tokens, dtype=torch.int64),
-            write_blocks=z(cap.tokens, dtype=torch.int64),
-            write_offsets=z(cap.tokens, dtype=torch.int64),
-            write_valid=z(cap.tokens, dtype=torch.bool),
-        )
+    def allocate(cls, cap: Capacity, device: torch.device, *, pin: bool = False) -> Buffers:
+        layout = _layout(cap)
+        sizes = [math.prod(shape) * dtype.itemsize for _, dtype, shape in layout]
+        storage = torch.zeros(sum(sizes), dtype=torch.uint8, device=device, pin_memory=pin)
+        views: dict[str, torch.Tensor] = {}
+        at = 0
+        for (name, dtype, shape), size in zip(layout, sizes, strict=True):
+            views[name] = storage[at : at + size].view(dtype).view(shape)
+            at += size
+        bufs = cls(storage=storage, **views)
+        bufs.slots.fill_(-1)
+        return bufs
 
     def as_dict(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """The named views (the storage they share is not listed)."""
+        return {name: getattr(self, name) for name in BUFFER_NAMES}
+
+
+def _event() -> torch.cuda.Event:
+    return torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch leaves __init__ untyped
+
+
+class HostStaging:
+    """The host side of a plan chain's ``Buffers``: two copies (pinned when the device is
+    CUDA), filled in turn, each sent to the device by one asynchronous copy."""
+
+    def __init__(self, cap: Capacity, device: torch.device) -> None:
+        cuda = device.type == "cuda"
+        self.copies = tuple(Buffers.allocate(cap, torch.device("cpu"), pin=cuda) for _ in range(2))
+        self._sent = tuple(_event() for _ in range(2)) if cuda else None
+        self._turn = 0
+
+    def take(self) -> Buffers:
+        """The next host copy to fill (the other one may still be in flight)."""
+        if self._sent is not None:
+            # a DMA may still read this pinned copy (sent two plans ago): refilling it before
+            # the copy completes would send the new step's data to the old one
+            self._sent[self._turn].synchronize()
+        return self.copies[self._turn]
+
+    def send(self, device_bufs: Buffers) -> None:
+        """Copy the copy last taken to ``device_bufs`` on the current stream, without waiting."""
+        device_bufs.storage.copy_(self.copies[self._turn].storage, non_blocking=True)
+        if self._sent is not None:
+            self._sent[self._turn].record(torch.cuda.current_stream(device_bufs.storage.device))
+        self._turn ^= 1
 
 
 @dataclass
 class FlashInferPlan:
     """One step's plan: buffers, decode and prefill facts, and the prefill wrapper (set by the
-    implementation once planned; kept across reusing plans)."""
+    implementation once planned; kept across reusing plans, as are the host staging and the
+    decode workspace)."""
 
     spec: AttentionSpec
     capacity: Capacity
     bufs: Buffers
+    staging: HostStaging
     num_tokens: int
     decode: DecodeStep | None
     prefill: PrefillStep | None
     prefill_wrapper: Any = field(default=None)
+    decode_workspace: torch.Tensor | None = None
+    # what the decode call takes that is the same for every layer of this step, per
+    # (architecture, query rows): filled by ``calls.decode_call`` on the step's first layer
+    decode_fixed: dict[tuple[Any, int], Any] = field(default_factory=dict)
 
     def buffers(self) -> dict[str, torch.Tensor]:
         return self.bufs.as_dict()
@@ -203,9 +256,11 @@ class FlashInferPlan:
         return d.layout.num_decodes
 
 
-def _decode_step(spec: AttentionSpec, batch: AttentionBatch) -> DecodeStep | None:
+def _decode_step(
+    spec: AttentionSpec, batch: AttentionBatch, decodes_in_prefill: bool
+) -> DecodeStep | None:
     layout = decode_layout(batch)
-    if layout.num_decodes == 0:
+    if layout.num_decodes == 0 or decodes_in_prefill:
         return None
     lens = batch.query_lens[: layout.num_decodes]
     q_len = layout.q_len_per_req if layout.uniform else int(lens.max())
@@ -213,8 +268,20 @@ def _decode_step(spec: AttentionSpec, batch: AttentionBatch) -> DecodeStep | Non
     return DecodeStep(layout, int(q_len or 1), single)
 
 
-def _prefill_step(spec: AttentionSpec, batch: AttentionBatch) -> PrefillStep | None:
-    nd, n = batch.num_decodes, batch.num_seqs
+def _prefill_step(
+    spec: AttentionSpec, batch: AttentionBatch, decodes_in_prefill: bool
+) -> PrefillStep | None:
+    """The FA2 paged prefill's rows: the prefill sequences, or with ``decodes_in_prefill``
+    every sequence from row 0 (an fp8 cache on SM90/SM12x, ``rules.decode_kernel``).
+
+    A decode is then a prefill of its query length, and FlashInfer's masks give the draft
+    semantics of the module docstring: causal keeps key ``j`` for query ``i`` iff
+    ``j <= kv_len - qo_len + i`` (bottom-right aligned: draft ``i`` sees drafts ``0..i``),
+    non-causal keeps every key, ``window_left`` drops keys before
+    ``kv_len - qo_len + i - window_left``.
+    """
+    n = batch.num_seqs
+    nd = 0 if decodes_in_prefill else batch.num_decodes
     if nd == n:
         return None
     qsl = batch.query_start_loc
@@ -236,23 +303,26 @@ def _prefill_step(spec: AttentionSpec, batch: AttentionBatch) -> PrefillStep | N
     )
 
 
-def _write_entries(spec: AttentionSpec, batch: AttentionBatch, cap: Capacity) -> torch.Tensor:
-    """[4, tokens] int64: row, block, offset, valid of each K/V write, padded to capacity.
-
-    Padding entries repeat entry 0 (an identical duplicate write is harmless); when nothing is
-    written they rewrite slot 0 with its own value (valid=0).
-    """
+def _fill(
+    host: Buffers, spec: AttentionSpec, batch: AttentionBatch, decode: DecodeStep | None
+) -> None:
+    """Write ``batch``'s metadata into the host copy, every entry of it (a smaller batch after
+    a larger one leaves nothing behind)."""
     tokens = batch.num_tokens if batch.num_seqs else 0
-    slots = batch.slot_mapping[:tokens]
-    rows = (slots >= 0).nonzero().flatten()  # CPU tensor: no device sync
-    out = torch.zeros((4, cap.tokens), dtype=torch.int64)
-    k = int(rows.numel())
-    if k:
-        s = slots[rows]
-        out[0, :k], out[1, :k], out[2, :k] = rows, s // spec.block_size, s % spec.block_size
-        out[3, :k] = 1
-        out[:, k:] = out[:, :1]
-    return out
+    nd = batch.num_decodes
+    host.storage.zero_()
+    host.slots.fill_(-1)  # padding rows write nothing
+    host.slots[:tokens] = batch.slot_mapping[:tokens]
+    if nd:
+        host.block_table[:nd, : batch.block_table.shape[1]] = batch.block_table[:nd]
+        host.seq_lens[:nd] = batch.seq_lens[:nd]
+        qsl = batch.query_start_loc  # from 0, decodes first: their offsets as they are
+        host.q_cu_seq_lens[: nd + 1] = qsl[: nd + 1]
+        host.q_cu_seq_lens[nd + 1 :] = qsl[nd]  # requests past the last decode own no rows
+    if decode is not None and decode.needs_mask:
+        m = draft_mask(batch.query_lens[:nd].tolist(), decode.q_len_per_req, causal=spec.causal)
+        flat = m.view(torch.int32).flatten()
+        host.mask[: flat.numel()] = flat
 
 
 def build_plan(
@@ -260,52 +330,35 @@ def build_plan(
     batch: AttentionBatch,
     device: torch.device,
     reuse: FlashInferPlan | None,
+    *,
+    decodes_in_prefill: bool = False,
 ) -> FlashInferPlan:
-    """Fill (or refill) the plan buffers for ``batch``; host data in, async copies out."""
+    """Fill (or refill) the plan buffers for ``batch``: the chain's host staging filled in
+    place, then one asynchronous copy to the device buffers."""
     if reuse is not None:
         cap = reuse.capacity
         cap.check_fits(_needs(spec, batch))
-        bufs = reuse.bufs
+        bufs, staging = reuse.bufs, reuse.staging
     else:
         cap = Capacity.for_batch(spec, batch)
-        bufs = Buffers.allocate(cap, device)
-    decode = _decode_step(spec, batch)
-    nd = batch.num_decodes
-    table = torch.zeros((cap.seqs, cap.blocks_per_seq), dtype=torch.int32)
-    table[:nd, : batch.block_table.shape[1]] = batch.block_table[:nd]
-    seq_lens = torch.zeros(cap.seqs, dtype=torch.int32)
-    seq_lens[:nd] = batch.seq_lens[:nd]
-    cu = torch.zeros(cap.seqs + 1, dtype=torch.int32)
-    cu[1 : nd + 1] = torch.cumsum(batch.query_lens[:nd], 0)
-    cu[nd + 1 :] = cu[nd]  # requests past the last decode own no rows
-    mask = torch.zeros(cap.tokens * cap.mask_words, dtype=torch.int32)
-    if decode is not None and decode.needs_mask:
-        m = draft_mask(batch.query_lens[:nd].tolist(), decode.q_len_per_req, causal=spec.causal)
-        flat = m.view(torch.int32).flatten()
-        mask[: flat.numel()] = flat
-    writes = _write_entries(spec, batch, cap)
-    nb = dict(non_blocking=True)
-    bufs.block_table.copy_(table, **nb)
-    bufs.seq_lens.copy_(seq_lens, **nb)
-    bufs.q_cu_seq_lens.copy_(cu, **nb)
-    bufs.mask.copy_(mask, **nb)
-    bufs.write_rows.copy_(writes[0], **nb)
-    bufs.write_blocks.copy_(writes[1], **nb)
-    bufs.write_offsets.copy_(writes[2], **nb)
-    bufs.write_valid.copy_(writes[3].bool(), **nb)
+        bufs, staging = Buffers.allocate(cap, device), HostStaging(cap, device)
+    decode = _decode_step(spec, batch, decodes_in_prefill)
+    _fill(staging.take(), spec, batch, decode)
+    staging.send(bufs)
     return FlashInferPlan(
         spec=spec,
         capacity=cap,
         bufs=bufs,
+        staging=staging,
         num_tokens=batch.num_tokens if batch.num_seqs else 0,
         decode=decode,
-        prefill=_prefill_step(spec, batch),
+        prefill=_prefill_step(spec, batch, decodes_in_prefill),
         prefill_wrapper=reuse.prefill_wrapper if reuse is not None else None,
+        decode_workspace=reuse.decode_workspace if reuse is not None else None,
     )
 
 
 def write_kv(
-    spec: AttentionSpec,
     key: torch.Tensor,
     value: torch.Tensor,
     cache: torch.Tensor,
@@ -313,18 +366,16 @@ def write_kv(
     v_scale: float,
     bufs: Buffers,
 ) -> None:
-    """Store K/V rows at the plan's slots in ``cache`` ``[blocks, 2, kv_heads, block, head]``.
+    """Store K/V rows at the plan's slots in ``cache`` ``[blocks, 2, kv_heads, block, head]``:
+    one launch of the host's Triton kernel over every capacity entry (slot -1 writes and reads
+    nothing), no host reads, so it can be captured. An fp8 cache gets the reference's bits."""
+    _triton_write()(key, value, cache, bufs.slots, float(k_scale), float(v_scale))
 
-    Fixed shapes and no host reads, so it can be captured: every capacity entry is written,
-    padding entries duplicate a real write or rewrite a value in place.
-    """
-    rows, blk, off = bufs.write_rows, bufs.write_blocks, bufs.write_offsets
-    valid = bufs.write_valid.view(-1, 1, 1)
-    # fp8 goes through its bytes: the quantised value is the reference's, bit for bit
-    target = cache.view(torch.uint8) if spec.fp8_kv else cache
-    for kv, src, scale in ((0, key, k_scale), (1, value, v_scale)):
-        new = src.index_select(0, rows)  # [tokens, kv_heads, head]
-        if spec.fp8_kv:
-            new = (new.float() / scale).clamp(-448.0, 448.0).to(cache.dtype).view(torch.uint8)
-        old = target[blk, kv, :, off, :]  # gathered before the write below
-        target[blk, kv, :, off, :] = torch.where(valid, new.to(target.dtype), old)
+
+@functools.cache
+def _triton_write() -> Callable[..., None]:
+    # imported on first use: the module loads triton, which a machine without it lacks (there
+    # the attention decision refuses every spec, so no write is ever made)
+    from plugin_api.triton.cache_write import write_kv as triton_write_kv
+
+    return triton_write_kv

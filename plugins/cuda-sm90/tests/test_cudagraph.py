@@ -18,6 +18,7 @@ from plugin_api_cuda_sm90.cudagraph import TABLE, cudagraph_support
 from plugin_api_cuda_sm90.rules import attention_decision
 
 README = Path(__file__).parents[1] / "README.md"
+FP8_ROW = "SM90 or SM12x, fp8 KV cache (every row through the FA2 paged prefill)"
 U, S, N = GraphLevel.UNIFORM_BATCH, GraphLevel.UNIFORM_SINGLE_TOKEN_DECODE, GraphLevel.NEVER
 
 GRID = list(
@@ -32,10 +33,10 @@ GRID = list(
 
 
 def expected(machine: str, causal: bool, spec_tokens: int, dcp: int, kv: torch.dtype) -> GraphLevel:
-    if kv == FP8 and machine != "b200":
-        return N  # refused: XQA computes in fp8 with an fp8 cache
     if dcp > 1:
         return N  # refused: decode context parallelism is not implemented
+    if kv == FP8 and machine != "b200":
+        return N  # served, every row by the FA2 paged prefill, which plans on the host
     if machine == "b200" and not causal:
         return N if spec_tokens else S  # refused: trtllm-gen has only a causal draft mask
     return U
@@ -54,7 +55,8 @@ def test_grid(machine: str, causal: bool, spec_tokens: int, kv: torch.dtype, dcp
     )
     g = cudagraph_support(spec, MACHINES[machine])
     assert g.level == expected(machine, causal, spec_tokens, dcp, kv), g.reason
-    assert g.reason
+    served = attention_decision(spec, MACHINES[machine]).ok
+    assert g.reason.startswith("not served here: ") is not served, g.reason
 
 
 @pytest.mark.parametrize(
@@ -67,6 +69,11 @@ def test_grid(machine: str, causal: bool, spec_tokens: int, kv: torch.dtype, dcp
         ("b200", dict(dcp_size=4), N, "not served here: dcp_size=4: decode context parallelism"),
         ("b200", dict(causal=False), S, "trtllm-gen decode has no non-causal draft mask"),
         ("h200", dict(causal=False, num_speculative_tokens=3), U, "bit-packed draft mask"),
+        ("h200", dict(kv_cache_dtype=FP8), N, f"{FP8_ROW}: decode rows run in the FA2 paged"),
+        ("rtx-5090", dict(kv_cache_dtype=FP8, has_sinks=True), N, "plans on the host per batch"),
+        ("h200", dict(kv_cache_dtype=FP8, num_speculative_tokens=3), N, "no step is captured"),
+        ("b200", dict(kv_cache_dtype=FP8), U, "trtllm-gen decode takes q_len_per_req"),
+        ("h200", {}, U, "SM90 or SM12x, fp16/bf16 KV cache (XQA)"),
     ],
 )
 def test_named_rows(machine: str, kw: dict, level: GraphLevel, reason: str) -> None:
@@ -94,7 +101,8 @@ REFUSED: list[tuple[str, dict[str, object], str]] = [
     ("b200", dict(logits_soft_cap=30.0), "logits_soft_cap=30: XQA decode has no soft cap"),
     ("h200", dict(query_dtype=FP8), "query_dtype=torch.float8_e4m3fn: the xqa decode path"),
     ("h200", dict(block_size=8), "block_size=8: XQA pages are"),
-    ("h200", dict(kv_cache_dtype=FP8), "kv_cache_dtype=torch.float8_e4m3fn on the XQA decode"),
+    ("h200", dict(kv_cache_dtype=FP8, logits_soft_cap=5.0), "logits_soft_cap=5: this plugin's FA2"),
+    ("rtx-5090", dict(kv_cache_dtype=FP8, dcp_size=2), "dcp_size=2: decode context parallelism"),
     ("b200", dict(causal=False, has_sinks=True), "sinks on the SM100 non-causal"),
     ("b200", dict(causal=False, num_speculative_tokens=2), "non-causal speculative decode"),
     ("a100", {}, "no SM90/SM100/SM12x NVIDIA GPU"),
@@ -127,7 +135,8 @@ BROAD = list(
 )
 
 
-def test_the_level_is_never_exactly_where_the_spec_is_refused() -> None:
+def test_the_level_is_never_exactly_where_the_spec_is_refused_or_fp8_on_fa2() -> None:
+    """Above NEVER iff served, except an fp8 cache on SM90/SM12x: served, never captured."""
     impl = FlashInferAttention()
     for machine, causal, spec_tokens, kv, dcp, cap, sinks in BROAD:
         spec = AttentionSpec(
@@ -142,8 +151,9 @@ def test_the_level_is_never_exactly_where_the_spec_is_refused() -> None:
             has_sinks=sinks,
         )
         served = impl.supports(spec, MACHINES[machine]).ok
+        fa2_fp8 = kv == FP8 and machine in ("h200", "rtx-5090")
         level = impl.graph_support(spec, MACHINES[machine]).level
-        assert (level > N) == served, (machine, spec.describe(), level)
+        assert (level > N) == (served and not fa2_fp8), (machine, spec.describe(), level)
 
 
 def test_no_served_spec_claims_full_mixed_graphs() -> None:

@@ -13,7 +13,7 @@ import torch
 from plugin_api.conformance.cases import make_case
 from plugin_api.ops.attention import FP8, AttentionSpec
 from plugin_api_cuda_sm90 import calls, metadata
-from plugin_api_cuda_sm90.rules import Arch
+from plugin_api_cuda_sm90.rules import Arch, decodes_in_prefill
 
 flashinfer = pytest.importorskip("flashinfer", reason="flashinfer-python (installed by make test)")
 CPU = torch.device("cpu")
@@ -54,7 +54,8 @@ def step_calls(spec: AttentionSpec, batch: str, arch: Arch, pad: int = 0) -> lis
     """The calls ``plan`` and ``forward`` make for one step, in order."""
     q, L, nd = BATCHES[batch]
     case = make_case(spec, q, L, num_decodes=nd, device=CPU, seed=1, pad_rows=pad)
-    plan = metadata.build_plan(spec, case.batch, CPU, None)
+    in_prefill = decodes_in_prefill(spec, arch)  # as the implementation's plan() decides
+    plan = metadata.build_plan(spec, case.batch, CPU, None, decodes_in_prefill=in_prefill)
     out = torch.empty(case.query.shape, dtype=spec.dtype)
     made = []
     if plan.decode is not None:
@@ -122,9 +123,9 @@ def test_scales_and_window_reach_the_kernels() -> None:
     spec = spec_of(kv_cache_dtype=FP8, sliding_window=10, scale=0.1)
     q, L, nd = BATCHES["mixed"]
     case = make_case(spec, q, L, num_decodes=nd, device=CPU, k_scale=0.5, v_scale=4.0)
-    plan = metadata.build_plan(spec, case.batch, CPU, None)
+    plan = metadata.build_plan(spec, case.batch, CPU, None)  # SM100: fp8 decode rows decode
     out = torch.empty(case.query.shape, dtype=spec.dtype)
-    dec = calls.decode_call(spec, Arch.SM90, plan, case.query, case.cache, None, out, WORKSPACE)
+    dec = calls.decode_call(spec, Arch.SM100, plan, case.query, case.cache, None, out, WORKSPACE)
     assert dec.kwargs["bmm1_scale"] == pytest.approx(0.05) and dec.kwargs["bmm2_scale"] == 4.0
     assert dec.kwargs["window_left"] == 9
     assert plan.prefill is not None

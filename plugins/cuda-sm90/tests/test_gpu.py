@@ -1,6 +1,8 @@
 """Checks that need the GPU this plugin is for (the conformance kit covers the rest): padding
-rows of one-token full graphs, and a graph captured on one step replayed after re-planning
-another into the same buffers. Skipped, with the reason, where there is no such GPU."""
+rows of one-token full graphs, a graph captured on one step replayed after re-planning
+another into the same buffers, the K/V write as one kernel, and plans running ahead of the GPU
+without refilling pinned staging memory under a copy in flight. Skipped, with the reason,
+where there is no such GPU."""
 
 from __future__ import annotations
 
@@ -69,3 +71,47 @@ def test_replay_after_replanning_into_the_same_buffers(backend, spec_tokens, len
     torch.testing.assert_close(
         out[: second.num_tokens].float().cpu(), second.expected(), atol=2e-2, rtol=2e-2
     )
+
+
+def test_write_kv_is_one_kernel(backend) -> None:
+    """The step's K/V write is one launch of the host's Triton kernel: no torch op runs."""
+    attn = Attention(SPEC, backend)
+    case = make_case(SPEC, [1, 1, 7, 5], [20, 33, 7, 40], num_decodes=2, device="cuda", seed=3)
+    plan = attn.plan(case.batch)
+
+    def write() -> None:
+        attn.impl.write_kv(SPEC, case.key, case.value, case.cache, plan.impl_plan)
+
+    write()  # compiles the kernel
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        write()
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "cache_write" in kernels[0], kernels
+    ops = {e.name for e in prof.events() if e.name.startswith("aten::")}
+    assert not ops - {"aten::view", "aten::empty"}, sorted(ops)
+
+
+def test_pinned_staging_is_not_refilled_while_its_copy_is_in_flight(backend) -> None:
+    """Plans run ahead of a busy GPU: each plan's asynchronous copy from pinned memory queues
+    behind the work, and a later plan must not refill that memory before the copy has read it.
+    A snapshot of the device buffers after each plan (stream-ordered) shows what each copy
+    carried."""
+    attn = Attention(SPEC, backend)
+    steps = [
+        make_case(SPEC, [1] * 4, [10 + i, 20 + i, 30 + i, 40 + i], num_decodes=4, device="cuda")
+        for i in range(5)
+    ]
+    plan = attn.plan(steps[0].batch)
+    seqs = plan.impl_plan.capacity.seqs
+    snaps = torch.full((len(steps), seqs), -7, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time: the copies below queue behind it
+    for i, case in enumerate(steps):
+        plan = attn.plan(case.batch, reuse=plan)
+        snaps[i].copy_(plan.impl_plan.bufs.seq_lens)
+    torch.cuda.synchronize()
+    for i, case in enumerate(steps):
+        assert snaps[i, :4].tolist() == case.batch.seq_lens.tolist(), i

@@ -12,7 +12,13 @@ from plugin_api.device_info import DeviceInfo
 from plugin_api.machines import MACHINES
 from plugin_api.ops.attention import FP8, AttentionSpec
 from plugin_api_cuda_sm90.attention import FlashInferAttention
-from plugin_api_cuda_sm90.rules import attention_decision
+from plugin_api_cuda_sm90.rules import (
+    Arch,
+    DecodeKernel,
+    attention_decision,
+    decode_kernel,
+    decodes_in_prefill,
+)
 
 H200, B200, RTX = MACHINES["h200"], MACHINES["b200"], MACHINES["rtx-5090"]
 
@@ -48,6 +54,39 @@ def test_xqa_archs_accept(machine: DeviceInfo, name: str) -> None:
     assert "xqa decode + FlashInfer FA2 paged prefill" in d.reasons[0]
 
 
+FA2_FP8 = "fp8 KV cache: decode and prefill rows through the FlashInfer FA2 paged prefill"
+
+
+# An fp8 cache on SM90/SM12x: every feature the bf16 cache is served with, through FA2 alone.
+@pytest.mark.parametrize("machine,arch", [(H200, "sm90"), (RTX, "sm12x")], ids=["sm90", "sm120"])
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_fp8_cache_served_by_fa2_on_xqa_archs(machine: DeviceInfo, arch: str, name: str) -> None:
+    d = attention_decision(spec_of(kv_cache_dtype=FP8, **ACCEPTED[name]), machine)
+    assert d.ok, d.reasons
+    assert d.reasons[0].startswith(f"{arch}: {FA2_FP8}"), d.reasons
+    assert "K/V dequantized to the model dtype" in d.reasons[0]
+    assert ("(sink-aware variant)" in d.reasons[0]) == bool(ACCEPTED[name].get("has_sinks"))
+
+
+@pytest.mark.parametrize(
+    "arch,kv,kernel",
+    [
+        (Arch.SM90, torch.bfloat16, DecodeKernel.XQA),
+        (Arch.SM12X, torch.bfloat16, DecodeKernel.XQA),
+        (Arch.SM100, torch.bfloat16, DecodeKernel.TRTLLM_GEN),
+        (Arch.SM90, FP8, DecodeKernel.FA2),
+        (Arch.SM12X, FP8, DecodeKernel.FA2),
+        (Arch.SM100, FP8, DecodeKernel.TRTLLM_GEN),
+    ],
+)
+def test_decode_kernel_per_arch_and_cache(
+    arch: Arch, kv: torch.dtype, kernel: DecodeKernel
+) -> None:
+    spec = spec_of(kv_cache_dtype=kv)
+    assert decode_kernel(spec, arch) is kernel
+    assert decodes_in_prefill(spec, arch) is (kernel is DecodeKernel.FA2)
+
+
 def test_sinks_choose_the_sink_aware_prefill() -> None:
     d = attention_decision(spec_of(has_sinks=True), H200)
     assert d.ok and "(sink-aware variant)" in d.reasons[0]
@@ -59,8 +98,34 @@ REFUSED = [
     ("block 8", H200, dict(block_size=8), "block_size=8: XQA pages are (16, 32, 64, 128)"),
     ("soft cap", H200, dict(logits_soft_cap=30.0), "logits_soft_cap=30: XQA decode has no"),
     ("fp8 query", H200, dict(query_dtype=FP8), "query_dtype=torch.float8_e4m3fn: the xqa"),
-    ("fp8 kv sm90", H200, dict(kv_cache_dtype=FP8), "on the XQA decode: with an fp8 cache"),
-    ("fp8 kv sm120", RTX, dict(kv_cache_dtype=FP8), "XQA computes Q.K and P.V in fp8"),
+    (
+        "fp8 kv + soft cap",
+        H200,
+        dict(kv_cache_dtype=FP8, logits_soft_cap=30.0),
+        "logits_soft_cap=30: this plugin's FA2 calls, which run every row of an fp8-cache step",
+    ),
+    (
+        "fp8 kv + fp8 query",
+        RTX,
+        dict(kv_cache_dtype=FP8, query_dtype=FP8),
+        "query_dtype=torch.float8_e4m3fn: the fa2 decode path here takes queries in the model",
+    ),
+    ("fp8 kv + head 80", H200, dict(kv_cache_dtype=FP8, head_size=80), "head_size=80: served"),
+    ("fp8 kv + block 8", RTX, dict(kv_cache_dtype=FP8, block_size=8), "block_size=8: XQA pages"),
+    ("fp8 kv + dcp", H200, dict(kv_cache_dtype=FP8, dcp_size=2), "dcp_size=2: decode context"),
+    (
+        "fp8 kv + fp32",
+        H200,
+        dict(kv_cache_dtype=FP8, dtype=torch.float32),
+        "dtype=torch.float32: FlashInfer XQA decode and FA2 prefill take fp16/bf16",
+    ),
+    (
+        "fp8 kv + kv sharing + dcp",
+        RTX,
+        dict(kv_cache_dtype=FP8, kv_sharing=True, dcp_size=2),
+        "kv_sharing with dcp_size=2",
+    ),
+    ("fp8 kv, ampere", MACHINES["a100"], dict(kv_cache_dtype=FP8), "no SM90/SM100/SM12x NVIDIA"),
     ("dcp", H200, dict(dcp_size=2), "dcp_size=2: decode context parallelism"),
     (
         "kv sharing + dcp",
@@ -156,6 +221,30 @@ DECISIONS: list[tuple[str, DeviceInfo, str | None, dict, bool, tuple[str, ...]]]
         dict(kv_cache_dtype=FP8),
         True,
         ("sm100: trtllm-gen decode + FlashInfer FA2 paged prefill", IN_RANGE),
+    ),
+    (
+        "h200 fp8 kv",
+        H200,
+        KEEP,
+        dict(kv_cache_dtype=FP8),
+        True,
+        (f"sm90: {FA2_FP8}, K/V dequantized to the model dtype", IN_RANGE),
+    ),
+    (
+        "rtx fp8 kv + sinks + drafts",
+        RTX,
+        KEEP,
+        dict(kv_cache_dtype=FP8, has_sinks=True, num_speculative_tokens=3),
+        True,
+        (f"sm12x: {FA2_FP8} (sink-aware variant)", IN_RANGE),
+    ),
+    (
+        "h200 fp8 kv, flashinfer 0.7.5",
+        H200,
+        "0.7.5",
+        dict(kv_cache_dtype=FP8),
+        False,
+        ("flashinfer-python 0.7.5 is outside the validated range",),
     ),
     (
         "rtx window",

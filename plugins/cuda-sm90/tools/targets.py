@@ -1,8 +1,9 @@
-"""Issue-9 targets on one GPU, measured beside a copy-bandwidth ceiling from the same run.
+"""Issue 9's and issue 34's targets on one GPU, beside a copy-bandwidth ceiling of the same run.
 
-- decode attention, batch >= 16 at 8k context: bytes of K/V read per step over the step's
-  time, as a fraction of the measured copy bandwidth (target >= 0.55);
-- LM head M=40, K=4096, N=248320, bf16 x bf16 -> fp32: median time (target <= 0.56 ms).
+- decode attention, batch 16/32/64 at 8k context: bytes of K/V read per step over the step's
+  time, as a fraction of the measured copy bandwidth (issue 34: >= 0.70 at batch 16); batch 16
+  again at block sizes 32/64/128, to show how the page size changes it;
+- LM head M=40, K=4096, N=248320, bf16 x bf16 -> fp32: median time, twice (<= 0.56 ms in both).
 
 Run by gpu_check.sh; writes JSON to the path given. Figures are the median of timed
 repetitions after warm-up, outputs preallocated; decode steps replay a captured CUDA graph.
@@ -14,14 +15,27 @@ import json
 import statistics
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 import plugin_api as pa
-from plugin_api.backend import backend_for
+from plugin_api.backend import Backend, backend_for
 from plugin_api.gpu.device_graphs import capture
-from plugin_api.ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache
+from plugin_api.ops.attention import (
+    Attention,
+    AttentionBatch,
+    AttentionPlan,
+    AttentionSpec,
+    KVCache,
+)
+from plugin_api_cuda_sm90.rules import BLOCK_SIZES
+
+# issue 34, "Must show": a captured decode step at batch 16 x 8k reads K/V at >= 0.70 of the
+# copy rate; the LM head M=40 N=248320 fp32 takes <= 0.56 ms in both of two runs
+DECODE_16X8K_TARGET = 0.70
+LM_HEAD_TARGET_MS = 0.56
 
 
 def median_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> float:
@@ -30,12 +44,13 @@ def median_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> floa
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        b = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         a.record()
         fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(float(a.elapsed_time(b)))
     return statistics.median(times)
 
 
@@ -47,10 +62,28 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
     return 2 * src.numel() / (ms * 1e-3)
 
 
-def decode_setup(backend, batch: int, context: int) -> Callable[[], object]:
-    """A planned decode step of ``batch`` requests at ``context`` tokens (32/8 heads, d128, bf16,
-    block 16, blocks in random order): calling it runs one eager step."""
-    spec = AttentionSpec(32, 8, 128, torch.bfloat16, block_size=16)
+@dataclass(frozen=True)
+class DecodeStep:
+    """A planned decode step of one layer and its tensors (outputs preallocated)."""
+
+    attn: Attention
+    batch: AttentionBatch
+    plan: AttentionPlan
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    cache: KVCache
+    out: torch.Tensor
+
+    def run(self) -> None:
+        """One eager step: the host's checks, the K/V write, the attention."""
+        self.attn.run(self.query, self.key, self.value, self.cache, self.plan, out=self.out)
+
+
+def decode_parts(backend: Backend, batch: int, context: int, block_size: int = 16) -> DecodeStep:
+    """A decode step of ``batch`` requests at ``context`` tokens (32/8 heads, d128, bf16,
+    blocks of ``block_size`` tokens in random order)."""
+    spec = AttentionSpec(32, 8, 128, torch.bfloat16, block_size=block_size)
     attn = Attention(spec, backend)
     per_seq = context // spec.block_size
     blocks = torch.randperm(batch * per_seq, dtype=torch.int32).view(batch, per_seq)
@@ -63,24 +96,36 @@ def decode_setup(backend, batch: int, context: int) -> Callable[[], object]:
         num_decodes=batch,
     )
     cache = KVCache(
-        torch.randn((batch * per_seq, 2, 8, 16, 128), device="cuda", dtype=torch.bfloat16)
+        torch.randn((batch * per_seq, 2, 8, block_size, 128), device="cuda", dtype=torch.bfloat16)
     )
     q = torch.randn((batch, 32, 128), device="cuda", dtype=torch.bfloat16)
     k = torch.randn((batch, 8, 128), device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     out = torch.empty_like(q)
-    plan = attn.plan(step)
-    return lambda: attn.run(q, k, v, cache, plan, out=out)
+    return DecodeStep(attn, step, attn.plan(step), q, k, v, cache, out)
 
 
-def decode_step(backend, batch: int, context: int) -> dict[str, float]:
-    run = decode_setup(backend, batch, context)
+def decode_setup(backend: Backend, batch: int, context: int) -> Callable[[], None]:
+    """A planned decode step (``decode_parts``): calling it runs one eager step."""
+    return decode_parts(backend, batch, context).run
+
+
+def decode_step(
+    backend: Backend, batch: int, context: int, block_size: int = 16
+) -> dict[str, float]:
+    run = decode_parts(backend, batch, context, block_size).run
     ms = median_ms(capture(run, "cuda").replay)  # JIT loads happen in capture's warm-up
     kv_bytes = batch * context * 8 * 128 * 2 * 2  # K and V, bf16
-    return {"batch": batch, "context": context, "ms": ms, "bytes_per_s": kv_bytes / (ms * 1e-3)}
+    return {
+        "batch": batch,
+        "context": context,
+        "block_size": block_size,
+        "ms": ms,
+        "bytes_per_s": kv_bytes / (ms * 1e-3),
+    }
 
 
-def lm_head(backend) -> dict[str, float]:
+def lm_head(backend: Backend) -> dict[str, float]:
     m, k, n = 40, 4096, 248320
     w = torch.randn((n, k), device="cuda", dtype=torch.bfloat16) * 0.02
     x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
@@ -94,16 +139,20 @@ def main(path: str) -> int:
     backend = backend_for("cuda-sm90")
     ceiling = copy_bandwidth()
     decode = [decode_step(backend, b, 8192) for b in (16, 32, 64)]
-    for d in decode:
+    # issue 34, item 5: what keeps batch 16 x 8k below batch 32's fraction; the page size
+    # changes how XQA splits the work, so the same step runs at each served block size
+    blocks = [decode_step(backend, 16, 8192, bs) for bs in BLOCK_SIZES[1:]]
+    for d in (*decode, *blocks):
         d["fraction_of_copy_bw"] = d["bytes_per_s"] / ceiling
-    head = lm_head(backend)
+    heads = [lm_head(backend) for _ in range(2)]  # the target holds in both of two runs
     result = {
         "device": torch.cuda.get_device_name(),
         "copy_bytes_per_s": ceiling,
         "decode": decode,
-        "decode_target_met": all(d["fraction_of_copy_bw"] >= 0.55 for d in decode),
-        "lm_head": head,
-        "lm_head_target_met": head["ms"] <= 0.56,
+        "decode_16x8k_by_block_size": [decode[0], *blocks],
+        "decode_target_met": decode[0]["fraction_of_copy_bw"] >= DECODE_16X8K_TARGET,
+        "lm_head": heads,
+        "lm_head_target_met": all(h["ms"] <= LM_HEAD_TARGET_MS for h in heads),
     }
     text = json.dumps(result, indent=2)
     print(text)
