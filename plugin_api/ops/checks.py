@@ -44,15 +44,17 @@ def tensor(
         )
     if shape is not None:
         ndim = len(shape)
-    if ndim is not None and t.dim() != ndim:
-        raise ValueError(f"{op}: {name} must have {ndim} dims, got shape {tuple(t.shape)}")
+    got = t.shape
+    if ndim is not None and len(got) != ndim:
+        raise ValueError(f"{op}: {name} must have {ndim} dims, got shape {tuple(got)}")
     if shape is not None:
-        for i, (want, got) in enumerate(zip(shape, t.shape, strict=True)):
-            if want is not None and want != got:
+        for i, want in enumerate(shape):
+            if want is not None and want != got[i]:
                 raise ValueError(
-                    f"{op}: {name}.shape[{i}]={got}, expected {want} (shape {tuple(t.shape)})"
+                    f"{op}: {name}.shape[{i}]={got[i]}, expected {want} (shape {tuple(got)})"
                 )
-    if device is not None and not same_device(t.device, device):
+    # a device equal to the expected one is the common case: one C-level comparison
+    if device is not None and t.device != device and not same_device(t.device, device):
         raise ValueError(f"{op}: {name} is on {t.device}, expected {device}")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{op}: {name} must be contiguous (strides {t.stride()})")
@@ -153,6 +155,11 @@ def no_overlap(
     inputs: Sequence[tuple[str, torch.Tensor | None]],
 ) -> None:
     """Refuse an output that overlaps itself, an input, or an earlier output, naming both."""
+    outs = [t for _, t in outputs]
+    if all(t.is_contiguous() for t in outs) and apart(
+        outs, [t for _, t in inputs if t is not None]
+    ):
+        return  # the common case: contiguous outputs (no internal overlap), ranges all apart
     for i, (name, out) in enumerate(outputs):
         if internal_overlap(out):
             raise ValueError(
