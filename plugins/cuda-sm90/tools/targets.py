@@ -2,7 +2,7 @@
 
 - decode attention, batch 16/32/64 at 8k context: bytes of K/V read per step over the step's
   time, as a fraction of the measured copy bandwidth (issue 34: >= 0.70 at batch 16); batch 16
-  again at block sizes 32/64/128, to show how the page size changes it;
+  again at block sizes 32/64/128 and at forced XQA splits of 2/3/4/8 parts per sequence;
 - LM head M=40, K=4096, N=248320, bf16 x bf16 -> fp32: median time, twice (<= 0.56 ms in both).
 
 Run by gpu_check.sh; writes JSON to the path given. Figures are the median of timed
@@ -12,6 +12,7 @@ repetitions after warm-up, outputs preallocated; decode steps replay a captured 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from plugin_api_cuda_sm90.rules import BLOCK_SIZES
 # issue 34, "Must show": a captured decode step at batch 16 x 8k reads K/V at >= 0.70 of the
 # copy rate; the LM head M=40 N=248320 fp32 takes <= 0.56 ms in both of two runs
 DECODE_16X8K_TARGET = 0.70
+SUB_SEQUENCES = (2, 3, 4, 8)  # XQA splits per sequence tried at batch 16 x 8k
 LM_HEAD_TARGET_MS = 0.56
 
 
@@ -125,6 +127,30 @@ def decode_step(
     }
 
 
+def sub_sequence_steps(backend: Backend, batch: int, context: int) -> list[dict[str, float]]:
+    """The step at forced XQA splits of each sequence over CTAs (``XQA_NB_SUB_SEQ``, read by
+    FlashInfer's XQA launcher at each launch, so at capture for a graph).
+
+    For an fp16/bf16 cache XQA's generic kernel (``csrc/xqa/mha.cu``, FlashInfer 0.7.4) splits
+    each sequence into ``max(1, SMs // (batch * kv_heads))`` parts: on an H200 (132 SMs) batch
+    16 with 8 KV heads gets 1, so 128 CTAs, one per SM, stream the cache; batch 32 and 64 run 2
+    and 4 CTAs per SM's worth. These rows show whether more parts per sequence lift batch 16
+    to batch 32's fraction of the copy rate, the data a split policy would be chosen from.
+    """
+    if "XQA_NB_SUB_SEQ" in os.environ:
+        return []  # the caller chose a split for every launch; measure nothing over it
+    rows = []
+    try:
+        for parts in SUB_SEQUENCES:
+            os.environ["XQA_NB_SUB_SEQ"] = str(parts)
+            row = decode_step(backend, batch, context)
+            row["sub_sequences"] = parts
+            rows.append(row)
+    finally:
+        os.environ.pop("XQA_NB_SUB_SEQ", None)
+    return rows
+
+
 def lm_head(backend: Backend) -> dict[str, float]:
     m, k, n = 40, 4096, 248320
     w = torch.randn((n, k), device="cuda", dtype=torch.bfloat16) * 0.02
@@ -139,10 +165,12 @@ def main(path: str) -> int:
     backend = backend_for("cuda-sm90")
     ceiling = copy_bandwidth()
     decode = [decode_step(backend, b, 8192) for b in (16, 32, 64)]
-    # issue 34, item 5: what keeps batch 16 x 8k below batch 32's fraction; the page size
-    # changes how XQA splits the work, so the same step runs at each served block size
+    # issue 34, item 5: what keeps batch 16 x 8k below batch 32's fraction. The page size sets
+    # how many pages each CTA gathers; the split of each sequence over CTAs is XQA's own
+    # (see sub_sequence_steps), so both are varied on the same step
     blocks = [decode_step(backend, 16, 8192, bs) for bs in BLOCK_SIZES[1:]]
-    for d in (*decode, *blocks):
+    splits = sub_sequence_steps(backend, 16, 8192)
+    for d in (*decode, *blocks, *splits):
         d["fraction_of_copy_bw"] = d["bytes_per_s"] / ceiling
     heads = [lm_head(backend) for _ in range(2)]  # the target holds in both of two runs
     result = {
@@ -150,6 +178,7 @@ def main(path: str) -> int:
         "copy_bytes_per_s": ceiling,
         "decode": decode,
         "decode_16x8k_by_block_size": [decode[0], *blocks],
+        "decode_16x8k_by_sub_sequences": [decode[0], *splits],
         "decode_target_met": decode[0]["fraction_of_copy_bw"] >= DECODE_16X8K_TARGET,
         "lm_head": heads,
         "lm_head_target_met": all(h["ms"] <= LM_HEAD_TARGET_MS for h in heads),
