@@ -12,8 +12,9 @@ from . import versions
 VALIDATED_MAJOR = 9  # SM90: H100, H200, GH200
 EXPERIMENTAL_MAJORS = (10, 12)  # SM100 (B200), SM12x (RTX Blackwell)
 
-# The host's portable Triton kernels serve quantization and state copies. FlashInfer serves
-# attention (with its own graph table), so no graph capture is declared for the kernels.
+# The host's portable Triton kernels serve quantization, state copies, int8 scaled_mm and the
+# attention's K/V write. FlashInfer serves attention (with its own graph table, which covers
+# the write), so no graph capture is declared for the kernels themselves.
 TRITON = CUDA.triton_target()
 
 
