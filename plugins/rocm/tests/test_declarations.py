@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 
+from plugin_api.backend import ImplCandidate, Resolution, resolve_op
 from plugin_api.cli import main
 from plugin_api.contract import OpFamily
 from plugin_api.contract.graphs import GraphLevel
@@ -23,6 +24,7 @@ from plugin_api.ops.attention import FP8, AttentionSpec
 from plugin_api.ops.gemm import GemmSpec
 from plugin_api.ops.quant import QuantSpec
 from plugin_api.ops.state import StateSpec
+from plugin_api.reference import gemm as reference_gemm
 from plugin_api_rocm.descriptor import DESCRIPTOR
 from plugin_api_rocm.facts import FACTS, read
 from plugin_api_rocm.hooks import HOOKS
@@ -30,6 +32,7 @@ from plugin_api_rocm.probe import probe
 
 BF16 = torch.bfloat16
 KEY = FACTS.key
+GEMM = OpFamily.GEMM
 ATTENTION = AttentionSpec(32, 8, 128, BF16, block_size=16)
 LM_HEAD = GemmSpec(128256, 4096, BF16, torch.float32, "lm_head")
 W8A8 = GemmSpec(4096, 14336, torch.int8, BF16)
@@ -46,6 +49,30 @@ def impl(family: str):
     return found
 
 
+def gemm(spec: GemmSpec, info: DeviceInfo) -> Resolution:
+    """The host's resolution over this plugin's GEMM implementations (``triton`` for int8, then
+    ``torch-rocm``), the reference as the fallback."""
+    own = [ImplCandidate(i, "rocm", False) for i in HOOKS.plugin_api_implementations(GEMM)]
+    ref = [ImplCandidate(i, "reference", True) for i in reference_gemm.implementations()]
+    return resolve_op(GEMM, spec, own + ref, info)
+
+
+def _without_triton(info: DeviceInfo) -> DeviceInfo:
+    return DeviceInfo.from_dict(info.to_dict() | {"libraries": {"torch": "2.13.0"}})
+
+
+def served_by(r: Resolution) -> str | None:
+    """The implementation that serves the spec on this plugin (None: the reference does)."""
+    p = r.provenance
+    return None if p is None or p.fallback else p.impl
+
+
+def why_not(r: Resolution, name: str) -> str:
+    """What the implementation ``name`` answered."""
+    (verdict,) = [v for v in r.trace if v.impl == name]
+    return verdict.reason
+
+
 def declarations(info: DeviceInfo, spec: AttentionSpec = ATTENTION) -> dict[str, object]:
     a = probe(info)
     return {
@@ -55,8 +82,8 @@ def declarations(info: DeviceInfo, spec: AttentionSpec = ATTENTION) -> dict[str,
         "graph": impl("attention").graph_support(spec, info),
         "quant": impl("quant").supports(QuantSpec(7168, 128, BF16, FP8, True, True), info),
         "state": impl("state").supports(StateSpec(((4, 3),), (torch.float32,)), info),
-        "lm_head": impl("gemm").supports(LM_HEAD, info),
-        "w8a8": impl("gemm").supports(W8A8, info),
+        "lm_head": gemm(LM_HEAD, info),
+        "w8a8": gemm(W8A8, info),
     }
 
 
@@ -81,8 +108,11 @@ def test_mi300x_as_described():
         "HIP graph capture: not established for this machine description (fact "
         "'rocm.graph_capture' is read from the installed torch on the real machine)"
     )
-    assert not d["lm_head"].ok and "fact 'rocm.mm_out_dtype'" in d["lm_head"].because()
-    assert not d["w8a8"].ok and "fact 'rocm.int_mm'" in d["w8a8"].because()
+    assert served_by(d["lm_head"]) is None
+    assert "fact 'rocm.mm_out_dtype'" in why_not(d["lm_head"], "torch-rocm")
+    # int8 needs no fact: the Triton kernel serves it (torch._int_mm would need one)
+    assert served_by(d["w8a8"]) == "triton"
+    assert "fact 'rocm.int_mm'" in why_not(d["w8a8"], "torch-rocm")
 
 
 @pytest.mark.parametrize(
@@ -100,10 +130,14 @@ def test_instinct_with_a_capable_torch(machine, first_reason):
         "HIP graph capture: torch 2.13.0+rocm7.0 captures and replays HIP graphs "
         "(torch.cuda.CUDAGraph); one kernel for mixed batches"
     )
-    assert d["lm_head"].reasons == (
-        "bf16 -> fp32: torch.mm(out_dtype=float32) on ROCm: torch 2.13.0+rocm7.0 computes it",
+    assert served_by(d["lm_head"]) == "torch-rocm"
+    assert why_not(d["lm_head"], "torch-rocm") == (
+        "chosen: bf16 -> fp32: torch.mm(out_dtype=float32) on ROCm: torch 2.13.0+rocm7.0 "
+        "computes it"
     )
-    assert d["w8a8"].ok and "torch._int_mm on ROCm" in d["w8a8"].because()
+    assert served_by(d["w8a8"]) == "triton"
+    assert why_not(d["w8a8"], "torch-rocm") == "also accepts, lower preference than triton"
+    assert served_by(gemm(W8A8, _without_triton(MACHINES[machine].with_facts(YES)))) == "torch-rocm"
 
 
 def test_radeon_7900xtx_with_a_torch_lacking_both_gemm_features():
@@ -123,11 +157,13 @@ def test_radeon_7900xtx_with_a_torch_lacking_both_gemm_features():
         "Triton kernels (triton 3.9.0)",
     )
     assert d["graph"].level == GraphLevel.ALWAYS
-    assert d["lm_head"].because() == (
+    assert served_by(d["lm_head"]) is None
+    assert why_not(d["lm_head"], "torch-rocm") == (
         "bf16 -> fp32 needs the fp32 accumulator: torch.mm(out_dtype=float32) on ROCm: "
         "torch 2.13.0+rocm7.0 raises for it on ROCm"
     )
-    assert d["w8a8"].because() == (
+    assert served_by(d["w8a8"]) == "triton"  # Triton does not need torch._int_mm
+    assert why_not(d["w8a8"], "torch-rocm") == (
         "int8 scaled_mm needs torch._int_mm: torch._int_mm on ROCm: torch._int_mm raised on "
         "ROCm (RuntimeError: hipblaslt: not supported)"
     )
@@ -167,25 +203,30 @@ def test_graph_level_is_per_spec(changes, reason):
 
 
 @pytest.mark.parametrize(
-    "n,k,ok", [(4096, 14336, True), (130, 512, False), (96, 100, False)], ids=str
+    "n,k,multiple_of_8", [(4096, 14336, True), (130, 512, False), (96, 100, False)], ids=str
 )
-def test_int8_shapes(n, k, ok):
-    d = impl("gemm").supports(GemmSpec(n, k, torch.int8, BF16), MACHINES["mi300x"].with_facts(YES))
-    assert d.ok is ok, d.reasons
-    if not ok:
-        assert "torch._int_mm needs N and K multiples of 8" in d.because()
+def test_int8_shapes(n, k, multiple_of_8):
+    """Triton serves int8 at any N and K; without it ``torch._int_mm`` needs multiples of 8."""
+    spec = GemmSpec(n, k, torch.int8, BF16)
+    info = MACHINES["mi300x"].with_facts(YES)
+    assert served_by(gemm(spec, info)) == "triton"
+    r = gemm(spec, _without_triton(info))
+    assert served_by(r) == ("torch-rocm" if multiple_of_8 else None), r.trace_text()
+    assert "no Triton for cuda" in why_not(r, "triton")
+    if not multiple_of_8:
+        assert "torch._int_mm needs N and K multiples of 8" in why_not(r, "torch-rocm")
 
 
 def test_no_triton_means_visible_fallbacks():
-    info = MACHINES["mi300x"]
-    bare = DeviceInfo.from_dict(info.to_dict() | {"libraries": {"torch": "2.13.0"}})
-    d = declarations(bare)
+    d = declarations(_without_triton(MACHINES["mi300x"]))
     assert d["status"] == "validated"  # GEMM still runs; the rest falls back, warned
     assert d["reasons"][1] == (
         "no Triton for cuda: none of pytorch-triton-rocm, triton is installed: "
         "attention, quant and state fall back to the reference"
     )
     assert not d["attention"].ok and not d["quant"].ok and not d["state"].ok
+    assert served_by(d["w8a8"]) is None  # no Triton, and no rocm.int_mm fact in a what-if
+    assert "no Triton for cuda" in why_not(d["w8a8"], "triton")
 
 
 def test_this_machine():
@@ -202,7 +243,8 @@ def test_this_machine():
     else:
         want = f"no: no ROCm device visible to torch {torch.__version__}"
     assert {k: info.fact(k) for k in YES} == {k: want for k in YES}  # nothing ran on a device
-    assert d["graph"].level == GraphLevel.NEVER and not d["lm_head"].ok and not d["w8a8"].ok
+    assert d["graph"].level == GraphLevel.NEVER and served_by(d["lm_head"]) is None
+    assert why_not(d["w8a8"], "torch-rocm").endswith(want.removeprefix("no: "))
 
 
 def _doctor(capsys: pytest.CaptureFixture[str], monkeypatch, device_info: str) -> dict:
@@ -235,8 +277,10 @@ def test_doctor_on_an_mi300x(capsys, monkeypatch):
             "fallback": False,
         }, layer
     assert chosen["qkv_proj"]["impl"] == "torch-rocm"
-    # no facts in a what-if: the fp32 LM head and int8 fall back to the reference, visibly
-    assert chosen["lm_head"]["fallback"] and chosen["down_proj (w8a8)"]["fallback"]
+    # no facts in a what-if: the fp32 LM head falls back to the reference, visibly; int8 needs
+    # none (Triton serves it)
+    assert chosen["lm_head"]["fallback"]
+    assert chosen["down_proj (w8a8)"] == dict(chosen["attention"], impl="triton")
     llama = next(m for m in data["ops"] if m["model"] == "llama-3-8b")
     assert llama["graph"]["level"] == "NEVER" and "rocm.graph_capture" in llama["graph"]["reason"]
 
@@ -247,6 +291,6 @@ def test_doctor_on_an_mi300x_file_with_its_facts(capsys, monkeypatch, tmp_path):
     data = _doctor(capsys, monkeypatch, str(f))
     chosen = _chosen(data)
     assert chosen["lm_head"]["impl"] == "torch-rocm" and not chosen["lm_head"]["fallback"]
-    assert chosen["down_proj (w8a8)"]["impl"] == "torch-rocm"
+    assert chosen["down_proj (w8a8)"]["impl"] == "triton"
     graphs = {m["model"]: m["graph"]["level"] for m in data["ops"] if "graph" in m}
     assert set(graphs.values()) == {"ALWAYS"}, graphs
