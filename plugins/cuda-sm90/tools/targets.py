@@ -3,7 +3,9 @@
 - decode attention, batch 16/32/64 at 8k context: bytes of K/V read per step over the step's
   time, as a fraction of the measured copy bandwidth (issue 34: >= 0.70 at batch 16); batch 16
   again at block sizes 32/64/128 and at forced XQA splits of 2/3/4/8 parts per sequence;
-- LM head M=40, K=4096, N=248320, bf16 x bf16 -> fp32: median time, twice (<= 0.56 ms in both).
+- LM head M=40, K=4096, N=248320, bf16 x bf16 -> fp32: median time, twice (<= 0.56 ms in both);
+- the W8A8 layers of Llama-3-8B at M = 1 and 16 beside bf16 ``F.linear`` and torch's
+  ``_int_mm`` path, each replayed from a CUDA graph (``int8_layers_in_graphs``).
 
 Run by gpu_check.sh; writes JSON to the path given. Figures are the median of timed
 repetitions after warm-up, outputs preallocated; decode steps replay a captured CUDA graph.
@@ -23,6 +25,8 @@ import torch
 
 import plugin_api as pa
 from plugin_api.backend import Backend, backend_for
+from plugin_api.bench.cases import LLAMA3_8B_LINEAR, GemmCase
+from plugin_api.bench.workloads import Context, setup
 from plugin_api.gpu.device_graphs import capture
 from plugin_api.ops.attention import (
     Attention,
@@ -151,6 +155,40 @@ def sub_sequence_steps(backend: Backend, batch: int, context: int) -> list[dict[
     return rows
 
 
+def _void(fn: Callable[[], object]) -> Callable[[], None]:
+    def step() -> None:
+        fn()
+
+    return step
+
+
+def int8_layers_in_graphs(backend: Backend) -> list[dict[str, object]]:
+    """The bench's W8A8 layers (Llama-3-8B shapes, M = 1 and 16: the bf16 activation quantized
+    per token, then ``scaled_mm``) and their baselines (bf16 ``F.linear``; the same quant then
+    ``torch._int_mm``), each captured in a CUDA graph and replayed: kernel time without the
+    eager host time, as vLLM's captured decode steps run them. Issue 34 asks which int8 GEMM
+    is faster; the eager bench answers with host time included, this without it."""
+    ctx = Context(backend, torch.device("cuda"))
+    rows: list[dict[str, object]] = []
+    for layer, k, n in LLAMA3_8B_LINEAR:
+        for m in (1, 16):
+            case = GemmCase(layer, m, n, k, torch.int8, torch.bfloat16)
+            wl = setup(case, ctx)
+            row: dict[str, object] = {"layer": layer, "m": m, "n": n, "k": k}
+            for name, fn in (("plugin_api", wl.run), *((b.name, b.fn) for b in wl.baselines)):
+                try:
+                    row[f"{name}_ms"] = median_ms(capture(_void(fn), "cuda").replay, reps=50)
+                except Exception as e:  # a call that cannot be captured is reported
+                    row[f"{name}_error"] = f"{type(e).__name__}: {e}"
+            bf16 = row.get("linear_bf16_ms")
+            ours = row.get("plugin_api_ms")
+            if isinstance(bf16, float) and isinstance(ours, float):
+                row["vs_linear_bf16"] = bf16 / ours  # > 1: the W8A8 layer is faster
+            rows.append(row)
+        ctx.fixtures.clear()
+    return rows
+
+
 def lm_head(backend: Backend) -> dict[str, float]:
     m, k, n = 40, 4096, 248320
     w = torch.randn((n, k), device="cuda", dtype=torch.bfloat16) * 0.02
@@ -173,6 +211,7 @@ def main(path: str) -> int:
     for d in (*decode, *blocks, *splits):
         d["fraction_of_copy_bw"] = d["bytes_per_s"] / ceiling
     heads = [lm_head(backend) for _ in range(2)]  # the target holds in both of two runs
+    int8 = int8_layers_in_graphs(backend)
     result = {
         "device": torch.cuda.get_device_name(),
         "copy_bytes_per_s": ceiling,
@@ -182,6 +221,7 @@ def main(path: str) -> int:
         "decode_target_met": decode[0]["fraction_of_copy_bw"] >= DECODE_16X8K_TARGET,
         "lm_head": heads,
         "lm_head_target_met": all(h["ms"] <= LM_HEAD_TARGET_MS for h in heads),
+        "int8_layers_in_graphs": int8,
     }
     text = json.dumps(result, indent=2)
     print(text)
