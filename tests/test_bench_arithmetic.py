@@ -65,6 +65,15 @@ def test_decode_attention_bytes_and_flops():
     assert c.nbytes() == 4_194_304 + 16_384 + 8_192 == 4_218_880
 
 
+def test_an_fp8_cache_halves_the_bytes_a_decode_reads():
+    c = C.AttentionCase("decode", 1, 1024, 1, kv_cache_dtype=C.FP8)
+    assert c.name == "decode batch=1 context=1k kv=fp8"
+    assert c.flops() == C.AttentionCase("decode", 1, 1024, 1).flops()
+    # K/V cache 1024*8*128*2*1, q + out 2*32*128*2, new K/V read (bf16) + written (fp8)
+    assert c.nbytes() == 2_097_152 + 16_384 + 8 * 128 * 2 * (2 + 1) == 2_119_680
+    assert c.params()["kv_cache_dtype"] == "fp8"
+
+
 def test_causal_prefill_and_spec_decode_count_visible_keys():
     prefill = C.AttentionCase("prefill", 4, 512, 512)
     assert prefill.visible_pairs() == 512 * 513 // 2 == 131_328

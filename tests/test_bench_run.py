@@ -28,6 +28,9 @@ CASES = (
     C.QuantCase(4, 256, 128, C.FP8, True),
     C.AttentionCase("spec-decode", 2, 40, 3, num_heads=4, num_kv_heads=2, head_size=16),
     C.AttentionCase("prefill", 1, 20, 20, num_heads=4, num_kv_heads=2, head_size=16),
+    C.AttentionCase(
+        "decode", 2, 40, 1, num_heads=4, num_kv_heads=2, head_size=16, kv_cache_dtype=C.FP8
+    ),
     C.StateCase("tiny-mamba", (8, 3), (2, 4, 8), 2),
 )
 

@@ -199,13 +199,19 @@ class AttentionCase:
     head_size: int = 128
     block_size: int = 16
     dtype: torch.dtype = BF16
+    kv_cache_dtype: torch.dtype | None = None  # None: the model dtype
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return self.dtype if self.kv_cache_dtype is None else self.kv_cache_dtype
 
     @property
     def name(self) -> str:
         ctx = f"{self.context // 1024}k" if self.context % 1024 == 0 else str(self.context)
         q = f" q={self.q_len}" if self.kind != "decode" else ""
         block = f" block={self.block_size}" if self.block_size != 16 else ""
-        return f"{self.kind} batch={self.batch} context={ctx}{q}{block}"
+        kv = f" kv={_SHORT[self.cache_dtype]}" if self.cache_dtype != self.dtype else ""
+        return f"{self.kind} batch={self.batch} context={ctx}{q}{block}{kv}"
 
     def visible_pairs(self) -> int:
         """(query, key) pairs per head and sequence under the causal mask: the query at
@@ -214,12 +220,12 @@ class AttentionCase:
         return self.q_len * (first + self.context) // 2
 
     def nbytes(self) -> int:
-        e = size_of(self.dtype)
+        e, c = size_of(self.dtype), size_of(self.cache_dtype)
         d = self.head_size
-        kv_cache_read = self.batch * self.context * self.num_kv_heads * d * 2 * e
+        kv_cache_read = self.batch * self.context * self.num_kv_heads * d * 2 * c
         tokens = self.batch * self.q_len
         q_and_out = 2 * tokens * self.num_heads * d * e
-        new_kv = 2 * tokens * self.num_kv_heads * d * 2 * e  # read K/V inputs, write the cache
+        new_kv = tokens * self.num_kv_heads * d * 2 * (e + c)  # read K/V inputs, write the cache
         return kv_cache_read + q_and_out + new_kv
 
     def flops(self) -> int:
@@ -237,6 +243,7 @@ class AttentionCase:
             "head_size": self.head_size,
             "block_size": self.block_size,
             "dtype": _SHORT[self.dtype],
+            "kv_cache_dtype": _SHORT[self.cache_dtype],
         }
 
 
@@ -245,6 +252,8 @@ def attention_cases() -> tuple[AttentionCase, ...]:
     # 32-token blocks: each (block, KV head) is one 8 KB run instead of two 4 KB ones, which
     # random reads on CPUs reward; the best CPU stack's decode figures were taken at 32
     cases += [AttentionCase("decode", b, 4096, 1, block_size=32) for b in (8, 16)]
+    # an fp8 e4m3 cache (per-layer scales) halves the bytes a decode step reads
+    cases += [AttentionCase("decode", b, 4096, 1, kv_cache_dtype=FP8) for b in (8, 16)]
     cases.append(AttentionCase("prefill", 4, 512, 512))
     cases.append(AttentionCase("spec-decode", 8, 4096, 3))
     return tuple(cases)

@@ -176,6 +176,7 @@ def attention_spec(case: AttentionCase) -> AttentionSpec:
         case.num_kv_heads,
         case.head_size,
         case.dtype,
+        kv_cache_dtype=case.cache_dtype,
         block_size=case.block_size,
         num_speculative_tokens=case.q_len - 1 if case.kind == "spec-decode" else 0,
     )
