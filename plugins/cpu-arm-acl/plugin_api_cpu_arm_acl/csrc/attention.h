@@ -63,8 +63,9 @@ struct WriteKvArgs {
 void write_kv(const WriteKvArgs& a);
 
 int64_t vector_width();  // fp32 lanes of at::vec in this build
-// The fp8 e4m3 decoding table (256 entries) the kernels read fp8 caches with.
-const float* fp8_table();
+// Every fp8 e4m3 byte (0..255, in order) decoded to fp32 by the load the kernels read fp8
+// caches with (load_f32), into out[256].
+void fp8_values(float* out);
 // Whether torch's oneDNN ukernel packs bf16 B panels for a matrix engine (AMX) on this CPU: the
 // matrix layout then runs oneDNN's AMX brgemm, else torch's gemm.
 bool matrix_engine();

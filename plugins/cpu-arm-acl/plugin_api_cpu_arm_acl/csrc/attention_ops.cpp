@@ -90,9 +90,9 @@ c10::Dict<std::string, int64_t> limits() {
   return d;
 }
 
-Tensor fp8_table_op() {
+Tensor fp8_values_op() {
   Tensor t = at::empty({256}, at::kFloat);
-  std::memcpy(t.data_ptr<float>(), fp8_table(), sizeof(float) * 256);
+  fp8_values(t.data_ptr<float>());
   return t;
 }
 
@@ -252,7 +252,7 @@ void forward_op(const Tensor& query, const Tensor& kv_cache, const Tensor& block
 PA_TORCH_LIBRARY(PA_ATTN_NAMESPACE, m) {
   using namespace pa_attn;
   m.def("limits() -> Dict(str, int)", &limits);
-  m.def("fp8_table() -> Tensor", &fp8_table_op);
+  m.def("fp8_values() -> Tensor", &fp8_values_op);
   m.def("matrix_engine() -> bool", &matrix_engine);
   m.def(
       "plan(Tensor query_start_loc, Tensor seq_lens, int num_seqs, int group, int kv_heads, "

@@ -498,6 +498,11 @@ void write_kv(const WriteKvArgs& a) {
 
 int64_t vector_width() { return kV; }
 
-const float* fp8_table() { return g_fp8_table; }
+void fp8_values(float* out) {
+  uint8_t bytes[256];
+  for (int i = 0; i < 256; ++i) bytes[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 256; i += kV)
+    load_f32(reinterpret_cast<const c10::Float8_e4m3fn*>(bytes + i)).store(out + i);
+}
 
 }  // namespace pa_attn
