@@ -7,8 +7,9 @@ triton user of the process into an interpreted one. Without either, the tests sk
 to run them; with ``TRITON_INTERPRET=1`` and no triton installed, collection fails.
 
 The backend is a fixture distribution (``fx-triton-kernels``) installed into a temporary
-directory on ``sys.path``: its implementations are the host's ``TritonAttention``/``TritonQuant``/
-``TritonState`` on that device. It exists only here; the product has no Triton-on-CPU backend.
+directory on ``sys.path``: its implementations are the host's ``TritonAttention``/
+``TritonScaledMm`` (int8 GEMM only)/``TritonQuant``/``TritonState`` on that device. It exists
+only here; the product has no Triton-on-CPU backend.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ if INTERPRET:
 DESCRIPTOR = """
 from plugin_api.contract import BackendDescriptor
 DESCRIPTOR = BackendDescriptor(
-    id={id!r}, host_api=">=1.0,<2", priority=50, families=("attention", "quant", "state"),
+    id={id!r}, host_api=">=1.0,<2", priority=50,
+    families=("attention", "gemm", "quant", "state"),
     device_kinds=("any",), hooks={hooks!r}, summary="test fixture: the host's Triton kernels",
 )
 """
@@ -50,8 +52,12 @@ def no_capture(info):
     return Decision.reject("test fixture: no graph is captured")
 @hookimpl
 def plugin_api_implementations(family):
-    from plugin_api.triton.impl import TritonAttention, TritonQuant, TritonState, TritonTarget
-    impl = dict(attention=TritonAttention, quant=TritonQuant, state=TritonState)[str(family)]
+    from plugin_api.triton.impl import (
+        TritonAttention, TritonQuant, TritonScaledMm, TritonState, TritonTarget,
+    )
+    impl = dict(
+        attention=TritonAttention, gemm=TritonScaledMm, quant=TritonQuant, state=TritonState
+    )[str(family)]
     return (impl(TritonTarget(DEVICE, TRITONS, no_capture)),)
 """
 

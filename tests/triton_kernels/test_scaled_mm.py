@@ -1,16 +1,14 @@
 """The Triton int8 ``scaled_mm`` through the host ops, bit for bit against the reference.
 
 A W8A8 layer as a model runs it: the bf16 activation quantized per token by the host's quant op
-(one group of K), then ``scaled_mm`` into a preallocated output. The backend is a fixture
-distribution serving gemm and quant with the host's Triton implementations, strict (no
-fallback could hide); provenance proves the Triton kernels ran. N and K are not multiples of 8
-or 16, so every tile edge is masked; M covers both launch-table tiers (decode, prefill).
+(one group of K), then ``scaled_mm`` into a preallocated output. The backend is the
+directory's fixture distribution (conftest), serving gemm and quant with the host's Triton
+implementations, strict (no fallback could hide); provenance proves the Triton kernels ran.
+N and K are not multiples of 8 or 16, so every tile edge is masked; M covers both launch-table
+tiers (decode, prefill).
 """
 
 from __future__ import annotations
-
-import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -20,56 +18,11 @@ from plugin_api.contract.decision import ImplPath
 from plugin_api.contract.provenance import record_ops
 from plugin_api.ops import gemm
 from plugin_api.ops.quant import per_token_group_quant
-from plugin_api.settings import Settings
 
-from ..distributions import write_plugin
+from .conftest import BACKEND
 
-BACKEND = "fx-triton-gemm"
-DESCRIPTOR = """
-from plugin_api.contract import BackendDescriptor
-DESCRIPTOR = BackendDescriptor(
-    id={id!r}, host_api=">=1.0,<2", priority=50, families=("gemm", "quant"),
-    device_kinds=("any",), hooks={hooks!r}, summary="test fixture: the host's Triton int8 GEMM",
-)
-"""
-HOOKS = """
-from plugin_api import Availability, hookimpl
-DEVICE = {device!r}
-TRITONS = ("triton", "pytorch-triton-xpu", "pytorch-triton-rocm")
-@hookimpl
-def plugin_api_probe(info):
-    return Availability.validated(DEVICE, "test fixture: the host's Triton kernels on " + DEVICE)
-@hookimpl
-def plugin_api_implementations(family):
-    from plugin_api.triton.impl import TritonQuant, TritonScaledMm, TritonTarget
-    impl = dict(gemm=TritonScaledMm, quant=TritonQuant)[str(family)]
-    return (impl(TritonTarget(DEVICE, TRITONS)),)
-"""
-TRITON = ("triton", ImplPath.TRITON, BACKEND, False)
+TRITON = ("triton", ImplPath.TRITON, BACKEND, False)  # the conftest's fixture backend
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-@pytest.fixture(scope="module")
-def gemm_backend(
-    triton_device: torch.device, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Backend]:
-    root = tmp_path_factory.mktemp("site")
-    write_plugin(
-        root,
-        dist=BACKEND,
-        backend_id=BACKEND,
-        package="fx_triton_gemm",
-        descriptor=DESCRIPTOR,
-        hooks=HOOKS,
-        fields={"device": triton_device.type},
-    )
-    sys.path.insert(0, str(root))
-    try:
-        yield backend_for(BACKEND, settings=Settings(strict=True, plugins=frozenset({BACKEND})))
-    finally:
-        sys.path.remove(str(root))
-        for name in [m for m in sys.modules if m.startswith("fx_triton_gemm")]:
-            del sys.modules[name]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -124,7 +77,7 @@ def _scaled_mm(
 @pytest.mark.parametrize("out_dtype", list(OUT_DTYPES), ids=list(OUT_DTYPES))
 @pytest.mark.parametrize("bias", ["nobias", "fp32-bias", "out-dtype-bias"])
 def test_w8a8_layer_bit_exact(
-    gemm_backend: Backend, triton_device: torch.device, m: int, out_dtype: str, bias: str
+    triton_backend: Backend, triton_device: torch.device, m: int, out_dtype: str, bias: str
 ) -> None:
     """Per-token int8 quant of a bf16 activation, then ``scaled_mm``: the output's bits equal
     the reference's on the same quantized activation."""
@@ -133,7 +86,7 @@ def test_w8a8_layer_bit_exact(
     g = torch.Generator().manual_seed(m)
     x = (torch.randn(m, k, generator=g) * 3).to(torch.bfloat16).to(triton_device)
     with record_ops() as calls:
-        x_q, x_scale = per_token_group_quant(x, k, torch.int8, backend=gemm_backend)
+        x_q, x_scale = per_token_group_quant(x, k, torch.int8, backend=triton_backend)
     assert [(c.impl, c.path, c.backend, c.fallback) for c in calls] == [TRITON]
     assert x_scale.shape == (m, 1)
     w_q, w_scale = _weight(n, k, seed=m)
@@ -142,14 +95,14 @@ def test_w8a8_layer_bit_exact(
         b_dtype = torch.float32 if bias == "fp32-bias" else dtype
         b = torch.randn(n, generator=g).to(b_dtype).to(triton_device)
     out = torch.full((m, n), float("nan"), dtype=dtype, device=triton_device)
-    _scaled_mm(gemm_backend, x_q, x_scale, w_q, w_scale, b, out)
+    _scaled_mm(triton_backend, x_q, x_scale, w_q, w_scale, b, out)
     want = _reference(x_q, x_scale, w_q, w_scale, b, dtype)
     assert torch.equal(_bits(out), _bits(want))
 
 
 @pytest.mark.parametrize("m", [3, 37])
 def test_into_a_view_of_a_larger_buffer(
-    gemm_backend: Backend, triton_device: torch.device, m: int
+    triton_backend: Backend, triton_device: torch.device, m: int
 ) -> None:
     """``out`` a block of a larger buffer (row stride wider than N): the block gets the result,
     every other element of the buffer keeps its bits. ``x_scale`` a strided column."""
@@ -162,7 +115,7 @@ def test_into_a_view_of_a_larger_buffer(
     buf = torch.full((m + 4, n + 9), -7.0, dtype=torch.bfloat16, device=triton_device)
     before = _bits(buf).clone()
     out = buf[2 : 2 + m, 5 : 5 + n]
-    _scaled_mm(gemm_backend, x_q, x_scale, w_q, w_scale, None, out)
+    _scaled_mm(triton_backend, x_q, x_scale, w_q, w_scale, None, out)
     want = _reference(x_q, x_scale, w_q, w_scale, None, torch.bfloat16)
     after = _bits(buf)
     assert torch.equal(after[2 : 2 + m, 5 : 5 + n], _bits(want))
@@ -171,7 +124,7 @@ def test_into_a_view_of_a_larger_buffer(
 
 
 def test_bf16_rounding_of_special_values(
-    gemm_backend: Backend, triton_device: torch.device
+    triton_backend: Backend, triton_device: torch.device
 ) -> None:
     """A zero activation makes each output its fp32 bias rounded to bf16: ties to even either
     way, a carry into the exponent, overflow to inf, subnormals, infinities and NaN, as the
@@ -200,7 +153,7 @@ def test_bf16_rounding_of_special_values(
     w_q, w_scale = _weight(n, k, seed=1)
     out = torch.empty((m, n), dtype=torch.bfloat16, device=triton_device)
     dev = triton_device
-    _scaled_mm(gemm_backend, x_q.to(dev), x_scale.to(dev), w_q, w_scale, bias.to(dev), out)
+    _scaled_mm(triton_backend, x_q.to(dev), x_scale.to(dev), w_q, w_scale, bias.to(dev), out)
     want = _reference(x_q, x_scale, w_q, w_scale, bias, torch.bfloat16)
     got = out.cpu()
     nan = torch.isnan(want)
@@ -211,7 +164,7 @@ def test_bf16_rounding_of_special_values(
 
 
 def test_int32_sums_beyond_fp32_precision(
-    gemm_backend: Backend, triton_device: torch.device
+    triton_backend: Backend, triton_device: torch.device
 ) -> None:
     """Long K with extreme operands: int32 sums past 2^24, where the cast to fp32 rounds (to
     nearest even, as the reference's ``.float()``); the most negative products included."""
@@ -225,17 +178,17 @@ def test_int32_sums_beyond_fp32_precision(
     x_scale = torch.tensor([1.0, 0.75])
     out = torch.empty((m, n), dtype=torch.float32, device=triton_device)
     dev = triton_device
-    _scaled_mm(gemm_backend, x_q.to(dev), x_scale.to(dev), w_q, w_scale, None, out)
+    _scaled_mm(triton_backend, x_q.to(dev), x_scale.to(dev), w_q, w_scale, None, out)
     want = _reference(x_q, x_scale, w_q, w_scale, None, torch.float32)
     assert torch.equal(_bits(out), _bits(want))
     exact = x_q.long() @ w_q.long().t()
     assert exact.abs().max() > 2**24 and exact[0, 0] == 2**26
 
 
-def test_no_rows(gemm_backend: Backend, triton_device: torch.device) -> None:
+def test_no_rows(triton_backend: Backend, triton_device: torch.device) -> None:
     """M = 0 (an empty batch): an empty result from the Triton implementation."""
     w_q, w_scale = _weight(24, 40, seed=2)
     x_q = torch.empty((0, 40), dtype=torch.int8, device=triton_device)
     x_scale = torch.empty((0,), dtype=torch.float32, device=triton_device)
     out = torch.empty((0, 24), dtype=torch.bfloat16, device=triton_device)
-    _scaled_mm(gemm_backend, x_q, x_scale, w_q, w_scale, None, out)
+    _scaled_mm(triton_backend, x_q, x_scale, w_q, w_scale, None, out)

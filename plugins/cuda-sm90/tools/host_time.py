@@ -10,8 +10,9 @@ revisions) where no GPU is lent:
 - ``run checks``: the host's checks in ``Attention.run`` for one layer (on the reference
   backend: the host code is the same for every backend), the path a well-formed call takes.
 
-Shapes are ``targets.py``'s: 32/8 heads, d128, bf16, block 16, decode batch 1 x 1k and
-16 x 8k. Medians of 7 rounds after warm-up. Prints a table, or JSON with ``--json``.
+Shapes are the bench's decode cases (``plugin_api.bench``): 32/8 heads, d128, bf16, block 16,
+batch 1 x 1k and 16 x 8k, blocks in shuffled order. Medians of 7 rounds after warm-up. Prints a
+table, or JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from collections.abc import Callable
 import torch
 
 from plugin_api.backend import backend_for
-from plugin_api.ops.attention import Attention, AttentionBatch, AttentionSpec, KVCache
+from plugin_api.bench.cases import AttentionCase
+from plugin_api.bench.workloads import Context, attention_batch, attention_spec
+from plugin_api.ops.attention import Attention, KVCache
 from plugin_api_cuda_sm90 import calls, metadata
 from plugin_api_cuda_sm90.rules import Arch
 
@@ -45,28 +48,15 @@ def median_us(fn: Callable[[], object], reps: int = 500, rounds: int = 7) -> flo
     return statistics.median(samples)
 
 
-def decode_batch(spec: AttentionSpec, batch: int, context: int) -> AttentionBatch:
-    per_seq = context // spec.block_size
-    blocks = torch.randperm(batch * per_seq, dtype=torch.int32).view(batch, per_seq)
-    last = blocks[:, -1].to(torch.int64) * spec.block_size + spec.block_size - 1
-    return AttentionBatch(
-        query_start_loc=torch.arange(batch + 1, dtype=torch.int32),
-        seq_lens=torch.full((batch,), context, dtype=torch.int32),
-        block_table=blocks,
-        slot_mapping=last,
-        num_decodes=batch,
-    )
-
-
 def measure(batch: int, context: int) -> dict[str, float]:
-    spec = AttentionSpec(32, 8, 128, torch.bfloat16, block_size=16)
-    step = decode_batch(spec, batch, context)
+    case = AttentionCase("decode", batch, context, 1)  # the bench's decode step: 32/8, d128
+    spec = attention_spec(case)
+    step, blocks = attention_batch(case, Context(backend_for("reference"), CPU))
     plan = metadata.build_plan(spec, step, CPU, None)
     q = torch.randn((batch, 32, 128), dtype=torch.bfloat16)
     k = torch.randn((batch, 8, 128), dtype=torch.bfloat16)
     v = torch.randn_like(k)
     out = torch.empty_like(q)
-    blocks = batch * (context // spec.block_size)
     cache = KVCache(torch.zeros((blocks, 2, 8, 16, 128), dtype=torch.bfloat16))
     ws = torch.zeros(64, dtype=torch.uint8)
     calls.decode_call(spec, Arch.SM90, plan, q, cache, None, out, ws)  # the step's first layer
