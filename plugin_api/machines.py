@@ -9,7 +9,17 @@ from .device_info import Accelerator, DeviceInfo, TorchBuild
 
 GiB = 1 << 30
 # /proc/cpuinfo flags that kernels choose ISA paths by (Sapphire Rapids, Zen 4)
-_AVX512 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}
+_AVX512 = {
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_bf16",
+    "avx512vbmi",
+}
 _XEON = frozenset(_AVX512 | {"amx_bf16", "amx_int8", "amx_tile"})
 _EPYC = frozenset(_AVX512)
 _CUDA_TORCH = TorchBuild("2.13.0+cu130", cuda="13.0")

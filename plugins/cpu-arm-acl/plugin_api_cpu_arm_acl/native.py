@@ -103,8 +103,8 @@ ISA_PATHS = (
     IsaPath(
         "avx512bf16",
         X86,
-        _AVX512_NEEDS | {"avx512_bf16"},
-        (*_AVX512_CFLAGS, "-mavx512bf16"),
+        _AVX512_NEEDS | {"avx512_bf16", "avx512vbmi"},
+        (*_AVX512_CFLAGS, "-mavx512bf16", "-mavx512vbmi"),
         "at::vec 16 x fp32 (AVX-512), bf16 decode scores and P.V (bf16 probabilities) by "
         "vdpbf16ps (AVX-512 BF16)",
     ),

@@ -430,10 +430,19 @@ PA_TILE __m512 reduce_add_16(const __m512 (&v)[16]) {
   return _mm512_add_ps(_mm512_shuffle_ps(z01, z23, 0x44), _mm512_shuffle_ps(z01, z23, 0xee));
 }
 
+// 32 cache elements at p as bf16 words (lanes: which to read, the others 0): bf16 as stored, fp8
+// widened exactly.
+PA_TILE __m512i load_bf16(const c10::BFloat16* p, __mmask32 lanes) {
+  return _mm512_maskz_loadu_epi16(lanes, p);
+}
+PA_TILE __m512i load_bf16(const c10::Float8_e4m3fn* p, __mmask32 lanes) {
+  return fp8_to_bf16(_mm256_maskz_loadu_epi8(lanes, p));
+}
+
 // S^T[j + t][r] = q_r . k_{j+t} for MR rows (bf16, natural order) and NT keys.
-template <int MR, int NT>
-PA_TILE void qk_bf16_tile(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j,
-                          float* st, int64_t ldt) {
+template <int MR, int NT, typename KT>
+PA_TILE void qk_bf16_tile(const c10::BFloat16* q, const KT* k, int64_t D, int j, float* st,
+                          int64_t ldt) {
   __m512 acc[MR][NT];
   PA_UNROLL
   for (int r = 0; r < MR; ++r)
@@ -443,7 +452,7 @@ PA_TILE void qk_bf16_tile(const c10::BFloat16* q, const c10::BFloat16* k, int64_
     __m512bh kv[NT];
     PA_UNROLL
     for (int t = 0; t < NT; ++t)
-      kv[t] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, k + (j + t) * D + d));
+      kv[t] = reinterpret_cast<__m512bh>(load_bf16(k + (j + t) * D + d, lanes));
     PA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const auto qv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, q + r * D + d));
@@ -473,11 +482,11 @@ PA_TILE void qk_bf16_tile(const c10::BFloat16* q, const c10::BFloat16* k, int64_
 
 // Keys [j0, j1) of one block for R rows: q [R][D] bf16, k the block's rows; st points at row 0's
 // column of S^T (ldt apart per key). next_k, l1: as qk_dot's.
-template <int MR>
-inline void qk_bf16_rows(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j0,
-                         int j1, float* st, int64_t ldt, const c10::BFloat16* next_k, bool l1) {
+template <int MR, typename KT>
+inline void qk_bf16_rows(const c10::BFloat16* q, const KT* k, int64_t D, int j0, int j1, float* st,
+                         int64_t ldt, const KT* next_k, bool l1) {
   constexpr int NT = 4;  // 4 x 4 accumulators: one 16-way reduction (MR = 4)
-  constexpr int64_t elt = sizeof(c10::BFloat16);
+  constexpr int64_t elt = sizeof(KT);
   int j = j0;
   for (; j + NT <= j1; j += NT) {
     if (next_k) prefetch(next_k + j * D, NT * D * elt, l1);
@@ -491,8 +500,9 @@ inline void qk_bf16_rows(const c10::BFloat16* q, const c10::BFloat16* k, int64_t
   }
 }
 
-inline void qk_bf16(int R, const c10::BFloat16* q, const c10::BFloat16* k, int64_t D, int j0,
-                    int j1, float* st, int64_t ldt, const c10::BFloat16* next_k, bool l1) {
+template <typename KT>
+inline void qk_bf16(int R, const c10::BFloat16* q, const KT* k, int64_t D, int j0, int j1,
+                    float* st, int64_t ldt, const KT* next_k, bool l1) {
   int r = 0;
   for (; r + 4 <= R; r += 4) {
     qk_bf16_rows<4>(q + r * D, k, D, j0, j1, st + r, ldt, next_k, l1);
@@ -534,30 +544,29 @@ PA_TILE void pair_keys(__m512i x, __m512i y, __m512bh& even, __m512bh& odd) {
   odd = reinterpret_cast<__m512bh>(_mm512_mask_blend_epi16(kHigh, _mm512_srli_epi32(x, 16), y));
 }
 
-// pv_tile for paired bf16 P (pair_probs' layout) and bf16 V over NC chunks of 32 elements
+// pv_tile for paired bf16 P (pair_probs' layout) and bf16 or fp8 V over NC chunks of 32 elements
 // (2 * NC accumulators per row), or, with NC == 0, one tail chunk of 16 elements in natural
 // order. A key outside [j0, j1) (x or y null) enters as zero V (its P is zero too).
-template <int MR, int NC>
-PA_TILE void pv_tile_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> vr, int64_t D,
-                          int j0, int j1, const float* alpha, float* acc, int64_t d,
-                          LineQueue& ahead) {
+template <int MR, int NC, typename VT>
+PA_TILE void pv_tile_bf16(const uint32_t* pp, int64_t ldp, VRows<VT> vr, int64_t D, int j0,
+                          int j1, const float* alpha, float* acc, int64_t d, LineQueue& ahead) {
   constexpr int NA = NC == 0 ? 1 : 2 * NC;
   Vec a[MR][NA];
   load_acc(a, acc, alpha, D, d);
-  auto step = [&](const c10::BFloat16* x, const c10::BFloat16* y, int j) PA_TILE_LAMBDA {
+  auto step = [&](const VT* x, const VT* y, int j) PA_TILE_LAMBDA {
     ahead.pop();
     __m512bh w[NA];
     if constexpr (NC == 0) {
-      auto widen = [](const c10::BFloat16* r) {
-        return r ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)))
+      auto widen = [](const VT* r) {
+        return r ? _mm512_cvtepu16_epi32(_mm512_castsi512_si256(load_bf16(r, 0xFFFFu)))
                  : _mm512_setzero_si512();
       };
       w[0] = reinterpret_cast<__m512bh>(_mm512_or_si512(widen(x), _mm512_slli_epi32(widen(y), 16)));
     } else {
       PA_UNROLL
       for (int c = 0; c < NC; ++c) {
-        const __m512i xv = x ? _mm512_loadu_si512(x + c * 32) : _mm512_setzero_si512();
-        const __m512i yv = y ? _mm512_loadu_si512(y + c * 32) : _mm512_setzero_si512();
+        const __m512i xv = x ? load_bf16(x + c * 32, ~__mmask32{0}) : _mm512_setzero_si512();
+        const __m512i yv = y ? load_bf16(y + c * 32, ~__mmask32{0}) : _mm512_setzero_si512();
         pair_keys(xv, yv, w[2 * c], w[2 * c + 1]);
       }
     }
@@ -571,7 +580,7 @@ PA_TILE void pv_tile_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> 
   };
   for (int i = j0 / vr.bs, jb = j0; jb < j1; ++i) {
     const int base = i * vr.bs, je = std::min(j1, base + vr.bs);
-    const c10::BFloat16* v = vr.vb[i] + d;
+    const VT* v = vr.vb[i] + d;
     int j = jb & ~1;  // pairs start at even keys (pair_probs'); blocks are a multiple of 16 keys
     if (j < jb) {
       step(nullptr, v + (j + 1 - base) * D, j);
@@ -584,9 +593,9 @@ PA_TILE void pv_tile_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> 
   store_acc(a, acc, D, d);
 }
 
-template <int MR>
-inline void pv_rows_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> v, int64_t D,
-                         int j0, int j1, const float* alpha, float* acc, LineQueue& ahead) {
+template <int MR, typename VT>
+inline void pv_rows_bf16(const uint32_t* pp, int64_t ldp, VRows<VT> v, int64_t D, int j0, int j1,
+                         const float* alpha, float* acc, LineQueue& ahead) {
   // 2 * NC * MR accumulators + 2 * NC operands + 1 broadcast of AVX-512's 32 registers
   constexpr int NC = MR >= 3 ? 2 : 4;
   int64_t d = 0;
@@ -597,7 +606,8 @@ inline void pv_rows_bf16(const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> v
 }
 
 // R rows from pp's column 0 (pair_probs' layout, ldp words per pair row).
-inline void pv(int R, const uint32_t* pp, int64_t ldp, VRows<c10::BFloat16> v, int64_t D, int j0,
+template <typename VT>
+inline void pv(int R, const uint32_t* pp, int64_t ldp, VRows<VT> v, int64_t D, int j0,
                int j1, const float* alpha, float* acc, LineQueue& ahead) {
   ahead.spread((R + 3) / 4 * std::max<int64_t>(D / 64, 1) * ((j1 - j0 + 2) / 2));
   int r = 0;

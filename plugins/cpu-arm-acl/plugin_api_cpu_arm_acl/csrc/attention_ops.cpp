@@ -90,10 +90,13 @@ c10::Dict<std::string, int64_t> limits() {
   return d;
 }
 
-Tensor fp8_values_op() {
-  Tensor t = at::empty({256}, at::kFloat);
-  fp8_values(t.data_ptr<float>());
-  return t;
+// (fp32 load, bf16 load): the second is empty where the build has no vdpbf16ps path
+std::tuple<Tensor, Tensor> fp8_values_op() {
+  Tensor f32 = at::empty({256}, at::kFloat);
+  fp8_values(f32.data_ptr<float>());
+  Tensor bf16 = at::empty({256}, at::kBFloat16);
+  if (!fp8_bf16_values(reinterpret_cast<uint16_t*>(bf16.data_ptr<c10::BFloat16>()))) bf16 = at::empty({0}, at::kBFloat16);
+  return {f32, bf16};
 }
 
 std::tuple<Tensor, Tensor, int64_t> plan(const Tensor& query_start_loc, const Tensor& seq_lens,
@@ -252,7 +255,7 @@ void forward_op(const Tensor& query, const Tensor& kv_cache, const Tensor& block
 PA_TORCH_LIBRARY(PA_ATTN_NAMESPACE, m) {
   using namespace pa_attn;
   m.def("limits() -> Dict(str, int)", &limits);
-  m.def("fp8_values() -> Tensor", &fp8_values_op);
+  m.def("fp8_values() -> (Tensor f32, Tensor bf16)", &fp8_values_op);
   m.def("matrix_engine() -> bool", &matrix_engine);
   m.def(
       "plan(Tensor query_start_loc, Tensor seq_lens, int num_seqs, int group, int kv_heads, "

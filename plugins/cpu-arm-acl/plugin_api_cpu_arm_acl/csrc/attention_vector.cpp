@@ -266,7 +266,8 @@ void load_queries(const Step& st, const int32_t* item, const QT* query, Scratch&
 }
 
 // out_row = sum_s w_s acc_s / (sum_s w_s l_s + sink term), w_s = e^(m_s - M), times v_scale.
-// pair_split: the accumulators are in load_pair's order (a dot-layout item over a bf16 cache).
+// pair_split: the accumulators are in pair order (kPairAcc: a dot-layout item over a bf16 cache,
+// or any cache on the vdpbf16ps path).
 template <typename QT>
 void finish_row(const float* const* acc, const float* m, const float* l, int splits,
                 const float* sink, float v_scale, int64_t D, bool pair_split, QT* out) {
@@ -362,7 +363,7 @@ void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, co
         const int64_t h = rows.head(item[kKvh], r);
         const float* acc = w.acc + r * D;
         finish_row(&acc, w.m + r, w.l + r, 1, bufs.sinks ? bufs.sinks + h : nullptr,
-                   bufs.v_scale, D, kPairSplit<KT> && !rows_layout,
+                   bufs.v_scale, D, kPairAcc<KT, QT> && !rows_layout,
                    out + ((item[kQ0] + rows.token(r)) * H + h) * D);
       }
     }
@@ -474,7 +475,7 @@ void forward(const ForwardArgs& a) {
       using KT = decltype(ctag);
       run_items(st, a.items, a.num_items, static_cast<const KT*>(a.cache), q, o, bufs, a.matrix,
                 vnni);
-      if (a.num_reduce > 0) run_reduce(st, a.reduce, a.num_reduce, o, bufs, kPairSplit<KT>);
+      if (a.num_reduce > 0) run_reduce(st, a.reduce, a.num_reduce, o, bufs, kPairAcc<KT, QT>);
     });
     if (!cache_ok) throw std::invalid_argument("attention forward: bad cache dtype code");
   });
@@ -503,6 +504,19 @@ void fp8_values(float* out) {
   for (int i = 0; i < 256; ++i) bytes[i] = static_cast<uint8_t>(i);
   for (int i = 0; i < 256; i += kV)
     load_f32(reinterpret_cast<const c10::Float8_e4m3fn*>(bytes + i)).store(out + i);
+}
+
+bool fp8_bf16_values([[maybe_unused]] uint16_t* out) {
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  uint8_t bytes[256];
+  for (int i = 0; i < 256; ++i) bytes[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 256; i += 32)
+    _mm512_storeu_si512(out + i, load_bf16(reinterpret_cast<const c10::Float8_e4m3fn*>(bytes + i),
+                                           ~__mmask32{0}));
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace pa_attn
