@@ -13,6 +13,8 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
 - Ceilings: decode cannot beat reading every weight once per step at the copy bandwidth;
   prefill cannot beat 2 FLOP per parameter per token at the best matmul rate.
 - Host overhead: the bridge's metadata + plan time per step, beside the decode step time.
+- ``--kv-cache-dtype fp8``: both sides keep an fp8 e4m3 KV cache (vLLM's own, or plugin-api's
+  through the bridge).
 
 Each configuration runs in its own process (vLLM picks its platform once per process).
 """
@@ -75,7 +77,9 @@ def _timed(llm: Any, prompts: list[Any], decode: int) -> tuple[float, float, int
     return first[0] - t0, end - first[0], sum(made.values()) - first[1]
 
 
-def measure(model: str, dtype: ModelDType, reps: int, decode: int, quick: bool) -> dict[str, Any]:
+def measure(
+    model: str, dtype: ModelDType, kv_cache_dtype: str, reps: int, decode: int, quick: bool
+) -> dict[str, Any]:
     """In this process: build the engine, time prefill and decode per batch."""
     from vllm import LLM, SamplingParams
 
@@ -83,6 +87,7 @@ def measure(model: str, dtype: ModelDType, reps: int, decode: int, quick: bool) 
     llm = LLM(
         model=model,
         dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype,
         max_model_len=4096,
         enable_prefix_caching=False,
         seed=0,
@@ -145,6 +150,7 @@ def _side(model: str, dtype: str, bridge: str | None, args: argparse.Namespace) 
         out = Path(tmp) / "side.json"
         cmd = [sys.executable, "-m", "plugin_api_vllm.bench", "--side", out.as_posix()]
         cmd += ["--model", model, "--dtype", dtype, "--reps", str(args.reps)]
+        cmd += ["--kv-cache-dtype", args.kv_cache_dtype]
         cmd += ["--decode", str(args.decode)] + (["--quick"] if args.quick else [])
         r = subprocess.run(
             cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -155,7 +161,8 @@ def _side(model: str, dtype: str, bridge: str | None, args: argparse.Namespace) 
             sys.stderr.write(r.stderr[-6000:])
             raise SystemExit(f"{name} {dtype} failed (exit {r.returncode})")
         result: dict[str, Any] = json.loads(out.read_text())
-    result |= {"side": name, "dtype": dtype}
+    kv = "" if args.kv_cache_dtype == "auto" else f" kv={args.kv_cache_dtype}"
+    result |= {"side": name, "dtype": dtype, "label": f"{name} {dtype}{kv}"}
     return result
 
 
@@ -172,7 +179,7 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> s
         for s in sides:
             m = s["batches"][batch]
             rows.append(
-                f"| {s['side']} {s['dtype']} | {batch} | {m['prefill_tok_s']:.1f} | "
+                f"| {s['label']} | {batch} | {m['prefill_tok_s']:.1f} | "
                 f"{m['decode_tok_s']:.2f} | {m['prefill_tok_s'] / best_p:.2f}x / "
                 f"{m['decode_tok_s'] / best_d:.2f}x |"
             )
@@ -192,7 +199,7 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> s
             step = host["build_s"] / host["steps"]
             dec = s["batches"]["1"]["decode_step_s"]
             lines.append(
-                f"bridge host time per step ({s['side']} {s['dtype']}): metadata + plan "
+                f"bridge host time per step ({s['label']}): metadata + plan "
                 f"{step * 1e3:.2f} ms beside a batch-1 decode step of {dec * 1e3:.1f} ms "
                 f"({step / dec:.1%})"
             )
@@ -206,12 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=positive, default=3)
     ap.add_argument("--decode", type=positive, default=32, help="decode tokens per request")
+    ap.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", "fp8"),
+        default="auto",
+        help="the KV cache of both sides: the model dtype (auto) or fp8 e4m3",
+    )
     ap.add_argument("--quick", action="store_true", help="shorter prompts, for a smoke run")
     ap.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
     ap.add_argument("--side", help=argparse.SUPPRESS)  # one configuration, in this process
     args = ap.parse_args(argv)
     if args.side:
-        result = measure(args.model, args.dtype, args.reps, args.decode, args.quick)
+        result = measure(
+            args.model, args.dtype, args.kv_cache_dtype, args.reps, args.decode, args.quick
+        )
         Path(args.side).write_text(json.dumps(result))
         return 0
     bridge = os.environ.get("PLUGIN_API_BACKEND", "auto")

@@ -114,3 +114,10 @@ BAD_COUNTS = [
 def test_bad_counts_are_refused_naming_the_option(env: Any, run: Any, args: list[str]) -> None:
     r = run(args, env())
     assert r.returncode == 2 and f"argument {args[1]}" in r.stderr and ">= 1" in r.stderr
+
+
+def test_bench_kv_cache_dtype_is_a_choice(env: Any, run: Any) -> None:
+    """A KV dtype other than the two the bench runs (auto, fp8) is refused, naming the option."""
+    r = run(["plugin_api_vllm.bench", "--kv-cache-dtype", "fp16"], env())
+    assert r.returncode == 2 and "argument --kv-cache-dtype" in r.stderr
+    assert "'auto', 'fp8'" in r.stderr
