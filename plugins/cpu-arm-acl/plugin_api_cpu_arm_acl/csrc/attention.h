@@ -65,7 +65,7 @@ void write_kv(const WriteKvArgs& a);
 int64_t vector_width();  // fp32 lanes of at::vec in this build
 // Every fp8 e4m3 byte (0..255, in order) decoded to fp32 by the load the kernels read fp8
 // caches with (load_f32), into out[256]; and, where the build has the vdpbf16ps path (kDotBf16),
-// widened to bf16 by that path's load into bf16_out[256] (the bits) (returns whether it did).
+// widened to bf16 by that path's loads into bf16_out[256] (the bits) (returns whether it did).
 void fp8_values(float* out);
 bool fp8_bf16_values(uint16_t* bf16_out);
 // Whether torch's oneDNN ukernel packs bf16 B panels for a matrix engine (AMX) on this CPU: the

@@ -450,9 +450,20 @@ PA_TILE void qk_bf16_tile(const c10::BFloat16* q, const KT* k, int64_t D, int j,
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   auto step = [&](int64_t d, __mmask32 lanes) PA_TILE_LAMBDA {
     __m512bh kv[NT];
-    PA_UNROLL
-    for (int t = 0; t < NT; ++t)
-      kv[t] = reinterpret_cast<__m512bh>(load_bf16(k + (j + t) * D + d, lanes));
+    if constexpr (std::is_same_v<KT, c10::Float8_e4m3fn> && NT % 2 == 0) {
+      PA_UNROLL
+      for (int t = 0; t < NT; t += 2) {  // two keys per lookup
+        auto row = [&](int u) { return _mm256_maskz_loadu_epi8(lanes, k + (j + u) * D + d); };
+        __m512i x, y;
+        fp8_to_bf16_x2(_mm512_inserti64x4(_mm512_castsi256_si512(row(t)), row(t + 1), 1), x, y);
+        kv[t] = reinterpret_cast<__m512bh>(x);
+        kv[t + 1] = reinterpret_cast<__m512bh>(y);
+      }
+    } else {
+      PA_UNROLL
+      for (int t = 0; t < NT; ++t)
+        kv[t] = reinterpret_cast<__m512bh>(load_bf16(k + (j + t) * D + d, lanes));
+    }
     PA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const auto qv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, q + r * D + d));
@@ -562,6 +573,16 @@ PA_TILE void pv_tile_bf16(const uint32_t* pp, int64_t ldp, VRows<VT> vr, int64_t
                  : _mm512_setzero_si512();
       };
       w[0] = reinterpret_cast<__m512bh>(_mm512_or_si512(widen(x), _mm512_slli_epi32(widen(y), 16)));
+    } else if constexpr (std::is_same_v<VT, c10::Float8_e4m3fn>) {
+      PA_UNROLL
+      for (int c = 0; c < NC; ++c) {
+        auto row = [&](const VT* r) {
+          return r ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + c * 32))
+                   : _mm256_setzero_si256();
+        };
+        fp8_pair_keys(_mm512_inserti64x4(_mm512_castsi256_si512(row(x)), row(y), 1), w[2 * c],
+                      w[2 * c + 1]);
+      }
     } else {
       PA_UNROLL
       for (int c = 0; c < NC; ++c) {

@@ -59,8 +59,10 @@ inline Vec load_f32(const c10::Float8_e4m3fn* p) {
 // The same bytes widened to bf16 instead, 32 at a time, for the vdpbf16ps path (kDotBf16, whose
 // build has VBMI too): every e4m3 value is a bf16, so this is exact too. |b| is looked up in two
 // byte planes of 128 entries (vpermi2b reads an index's low 7 bits), the sign ORed into the high
-// byte, the planes interleaved: 4 operations per 32 elements. Widening by arithmetic took 11, and
-// an fp8 cache then decoded 5% slower than a bf16 one (docs/measurements/cpu-arm-acl).
+// byte, the planes interleaved: 4 operations per 32 elements, 3 when two rows share the lookup
+// (_x2, fp8_pair_keys: P.V gets pair order straight from the interleave). Widening by arithmetic
+// took 11, and an fp8 cache then decoded 5% slower than a bf16 one; with the lookups it decodes
+// 1.35-1.7x faster (docs/measurements/cpu-arm-acl/2026-12-05-zen4.md).
 #if defined(__AVX512BF16__)
 #if !defined(__AVX512VBMI__)
 #error "the avx512bf16 attention variant is compiled with -mavx512vbmi (fp8_to_bf16)"
@@ -73,33 +75,74 @@ constexpr uint16_t fp8_bf16_bits(int mag) {
   while ((2 << e) <= mag) ++e;
   return static_cast<uint16_t>(((e - 9 + 127) << 7) | ((mag - (1 << e)) << (7 - e)));
 }
-struct Fp8Planes {
-  alignas(64) uint8_t lo[128];
+struct Fp8Tables {
+  alignas(64) uint8_t lo[128];  // the planes
   alignas(64) uint8_t hi[128];
+  // vpermt2b indices over (lo planes, hi planes) of 64 bytes: first / second give the bf16 of
+  // bytes 0-31 / 32-63 in order; even / odd give pair_keys' operands for rows x (bytes 0-31) and
+  // y (32-63)
+  alignas(64) uint8_t first[64];
+  alignas(64) uint8_t second[64];
+  alignas(64) uint8_t even[64];
+  alignas(64) uint8_t odd[64];
 };
-constexpr Fp8Planes fp8_planes() {
-  Fp8Planes t{};
+constexpr Fp8Tables fp8_tables() {
+  Fp8Tables t{};
   for (int m = 0; m < 128; ++m) {
     t.lo[m] = static_cast<uint8_t>(fp8_bf16_bits(m) & 0xFF);
     t.hi[m] = static_cast<uint8_t>(fp8_bf16_bits(m) >> 8);
   }
+  for (int i = 0; i < 32; ++i) {
+    t.first[2 * i] = static_cast<uint8_t>(i);
+    t.first[2 * i + 1] = static_cast<uint8_t>(64 + i);
+    t.second[2 * i] = static_cast<uint8_t>(32 + i);
+    t.second[2 * i + 1] = static_cast<uint8_t>(96 + i);
+  }
+  // 32-bit lane i of even: (x[2i], y[2i]) as bf16, low word first; odd: (x[2i + 1], y[2i + 1])
+  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 2; ++k) {
+      uint8_t* lane = (k == 0 ? t.even : t.odd) + 4 * i;
+      const int e = 2 * i + k;
+      lane[0] = static_cast<uint8_t>(e);
+      lane[1] = static_cast<uint8_t>(64 + e);
+      lane[2] = static_cast<uint8_t>(32 + e);
+      lane[3] = static_cast<uint8_t>(96 + e);
+    }
   return t;
 }
-inline constexpr Fp8Planes kFp8Planes = fp8_planes();
+inline constexpr Fp8Tables kFp8 = fp8_tables();
+
+// lo / hi: the low and high bytes of the bf16 of each of the 64 bytes of b
+inline void fp8_bf16_planes(__m512i b, __m512i& lo, __m512i& hi) {
+  const auto* l = kFp8.lo;
+  const auto* h = kFp8.hi;
+  lo = _mm512_permutex2var_epi8(_mm512_load_si512(l), b, _mm512_load_si512(l + 64));
+  hi = _mm512_permutex2var_epi8(_mm512_load_si512(h), b, _mm512_load_si512(h + 64));
+  hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+}
 
 inline __m512i fp8_to_bf16(__m256i bytes) {
-  const __m512i b = _mm512_castsi256_si512(bytes);
-  const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Planes.lo), b,
-                                              _mm512_load_si512(kFp8Planes.lo + 64));
-  __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Planes.hi), b,
-                                        _mm512_load_si512(kFp8Planes.hi + 64));
-  hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
-  // byte 2i of the result is lo[i], byte 2i + 1 is hi[i]
-  const __m512i interleave = _mm512_set_epi8(
-      95, 31, 94, 30, 93, 29, 92, 28, 91, 27, 90, 26, 89, 25, 88, 24, 87, 23, 86, 22, 85, 21, 84,
-      20, 83, 19, 82, 18, 81, 17, 80, 16, 79, 15, 78, 14, 77, 13, 76, 12, 75, 11, 74, 10, 73, 9, 72,
-      8, 71, 7, 70, 6, 69, 5, 68, 4, 67, 3, 66, 2, 65, 1, 64, 0);
-  return _mm512_permutex2var_epi8(lo, interleave, hi);
+  __m512i lo, hi;
+  fp8_bf16_planes(_mm512_castsi256_si512(bytes), lo, hi);
+  return _mm512_permutex2var_epi8(lo, _mm512_load_si512(kFp8.first), hi);
+}
+
+// Two rows of 32 fp8 elements, x in bytes 0-31 of xy and y in 32-63, as bf16: one lookup for both.
+inline void fp8_to_bf16_x2(__m512i xy, __m512i& x, __m512i& y) {
+  __m512i lo, hi;
+  fp8_bf16_planes(xy, lo, hi);
+  x = _mm512_permutex2var_epi8(lo, _mm512_load_si512(kFp8.first), hi);
+  y = _mm512_permutex2var_epi8(lo, _mm512_load_si512(kFp8.second), hi);
+}
+
+// The same two rows as the vdpbf16ps operands of pair order (what pair_keys makes of two bf16
+// rows): no blends.
+inline void fp8_pair_keys(__m512i xy, __m512bh& even, __m512bh& odd) {
+  __m512i lo, hi;
+  fp8_bf16_planes(xy, lo, hi);
+  even = reinterpret_cast<__m512bh>(
+      _mm512_permutex2var_epi8(lo, _mm512_load_si512(kFp8.even), hi));
+  odd = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi8(lo, _mm512_load_si512(kFp8.odd), hi));
 }
 #endif
 #elif defined(CPU_CAPABILITY_AVX2)

@@ -510,9 +510,16 @@ bool fp8_bf16_values([[maybe_unused]] uint16_t* out) {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
   uint8_t bytes[256];
   for (int i = 0; i < 256; ++i) bytes[i] = static_cast<uint8_t>(i);
-  for (int i = 0; i < 256; i += 32)
+  // bytes 0-127 one row at a time, 128-255 two rows per lookup (the other index tables)
+  for (int i = 0; i < 128; i += 32)
     _mm512_storeu_si512(out + i, load_bf16(reinterpret_cast<const c10::Float8_e4m3fn*>(bytes + i),
                                            ~__mmask32{0}));
+  for (int i = 128; i < 256; i += 64) {
+    __m512i x, y;
+    fp8_to_bf16_x2(_mm512_loadu_si512(bytes + i), x, y);
+    _mm512_storeu_si512(out + i, x);
+    _mm512_storeu_si512(out + i + 32, y);
+  }
   return true;
 #else
   return false;
