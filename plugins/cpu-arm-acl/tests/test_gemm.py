@@ -485,6 +485,36 @@ def test_strided_rows_run_optimised_kernels(onednn_backend, form: MatmulForm | N
         assert not reference_kernel(str(built.prim.impl()), platform.machine()), problem
 
 
+@pytest.mark.parametrize("wdt", [S8, BF16, F32])
+@pytest.mark.parametrize("n,k", [(48, 64), (64, 96), (100, 100), (384, 256)])
+def test_small_weights_run_optimised_kernels_at_every_m(onednn_backend, wdt, n, k):
+    """Weights are packed in the layout PACK_M rows pick, unless a one-row call over it would run
+    oneDNN's reference kernel (3.2 on AMX did for int8 weights with K <= 256 at M 1-5): then in
+    a one-row problem's. Strict, so any M on reference code fails the test."""
+    host = onednn_backend.info
+    spec = GemmSpec(n, k, wdt, F32)
+    impl = OneDnnGemm(threads=2, strict=True, gemv=GemvPolicy())
+    if not impl.supports(spec, host):
+        pytest.skip(impl.supports(spec, host).because())
+    w = _rand(n, k, seed=k, dtype=wdt)
+    scale = _rand(n, seed=n, dtype=F32).abs() * 0.01 if wdt == S8 else None
+    payload = impl.prepare(spec, w, scale)
+    for m in (*range(1, 21), 64):
+        x = _rand(m, k, seed=m, dtype=wdt)
+        out = torch.full((m, n), float("nan"))
+        if wdt == S8:
+            sx = _rand(m, seed=m, dtype=F32).abs() * 0.02
+            impl.scaled_mm(spec, x, sx, payload, None, out)
+            want = (x.long() @ w.long().t()).double() * sx.double()[:, None] * scale.double()
+        else:
+            impl.mm(spec, x, payload, None, out)
+            want = x.double() @ w.double().t()
+        torch.testing.assert_close(out.double(), want, atol=1e-3, rtol=1e-4)
+    for problem in impl.cache.problems():
+        built = impl.cache.get_or_build(problem, lambda _: pytest.fail("not cached"))
+        assert not reference_kernel(str(built.prim.impl()), platform.machine()), problem
+
+
 def test_the_bench_reports_the_onednn_kernel_each_case_ran(onednn_backend):
     """``note_kernel``: a bench case served by the oneDNN GEMM names the oneDNN implementation
     its primitive got, in the JSON and the progress line; other implementations name none."""

@@ -27,7 +27,8 @@ struct Packed;  // weights in the layout oneDNN chose (owns its buffer)
 struct Matmul;  // a oneDNN matmul primitive and its descriptor
 
 // Reorder w ([n, k] row-major, type conf.b) into the layout that the primitive for `conf`
-// prefers (weights format `any`). w_scale ([n] fp32) is kept for scaled problems.
+// prefers (weights format `any`), or a one-row problem's where a one-row call over the former
+// would run reference code. w_scale ([n] fp32) is kept for scaled problems.
 std::shared_ptr<Packed> pack_weights(const void* w, const float* w_scale, const MatmulConf& conf);
 int64_t packed_bytes(const Packed& p);
 std::string packed_layout(const Packed& p);

@@ -81,6 +81,24 @@ dnnl::matmul::primitive_desc make_pd(const MatmulConf& c, const memory::desc& we
   }
 }
 
+bool reference_code(const dnnl::matmul::primitive_desc& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+// The layout `conf` (PACK_M rows) picks, unless a one-row call over it would run oneDNN's
+// reference kernel: oneDNN 3.2 on AMX packs small int8 weights (K <= 256) for its AMX kernel
+// and then has only 'ref:any' for M 1-5 over them. The layout a one-row problem picks served
+// every M from 1 to 1000 there, so such weights take that one.
+memory::desc packed_layout_for(const MatmulConf& conf) {
+  memory::desc any({conf.k, conf.n}, type_of(conf.b), Tag::any);
+  auto chosen = make_pd(conf, any).weights_desc();
+  MatmulConf one = conf;
+  one.m = 1;
+  if (!reference_code(make_pd(one, chosen))) return chosen;
+  auto for_one = make_pd(one, any).weights_desc();
+  return reference_code(make_pd(conf, for_one)) ? chosen : for_one;
+}
+
 }  // namespace
 
 struct Packed {
@@ -97,13 +115,11 @@ struct Matmul {
 
 std::shared_ptr<Packed> pack_weights(const void* w, const float* w_scale, const MatmulConf& conf) {
   ThreadScope threads(conf.threads);
-  memory::desc any({conf.k, conf.n}, type_of(conf.b), Tag::any);
-  auto pd = make_pd(conf, any);
   // [n, k] row-major is the k x n matrix with strides (1, k)
   memory::desc user({conf.k, conf.n}, type_of(conf.b), memory::dims{1, conf.k});
   memory src(user, engine(), const_cast<void*>(w));
   auto out = std::make_shared<Packed>();
-  out->mem = memory(pd.weights_desc(), engine());
+  out->mem = memory(packed_layout_for(conf), engine());
   out->conf = conf;
   dnnl::stream s(engine());
   dnnl::reorder(src, out->mem).execute(s, src, out->mem);
