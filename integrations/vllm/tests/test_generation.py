@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.needs_vllm
 
@@ -15,6 +16,12 @@ MODELS = ("llama", "qwen3", "sliding", "softcap", "sinks")  # the runs fixture's
 # one process per side and mode carries every model compared in that mode
 EAGER = (*MODELS, "llama-w8a8", "kv-sharing")
 COMPILED = (*MODELS, "kv-sharing")
+# vLLM 0.32's own int8 W8A8 runs its sgl kernel where the CPU has AMX tiles (its own test,
+# check_cpu_sgl_kernel), and that kernel takes bf16/fp16 activations only: this fp32 model stops
+# its start ("int8_scaled_mm_with_quant: expect A to be bfloat16 or half"). There vLLM's own
+# side runs the other models, and the bridge's int8 tokens are held to the reference backend's.
+OWN_W8A8_FP32 = not torch.cpu._is_amx_tile_supported()
+OWN_EAGER = EAGER if OWN_W8A8_FP32 else tuple(k for k in EAGER if k != "llama-w8a8")
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -26,7 +33,7 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 @pytest.mark.parametrize("backend", BRIDGED)
 def test_fp32_eager_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
-    own, bridged = runs.get(None, kinds=EAGER), runs.get(backend, kinds=EAGER)
+    own, bridged = runs.get(None, kinds=OWN_EAGER), runs.get(backend, kinds=EAGER)
     for kind in MODELS:
         assert bridged[kind]["backend"] == backend
         assert not bridged[kind]["compiled"] and bridged[kind]["compiled_modules"] == 0, kind
@@ -56,9 +63,14 @@ def test_fp32_compiled_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
 def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     # fp32 activations: the per-token quantization and the int32 accumulation are exact on
     # both sides, so the tokens must be too
-    own = runs.get(None, kinds=EAGER)["llama-w8a8"]
+    if not OWN_W8A8_FP32 and backend == "reference":
+        pytest.skip("vLLM's own int8 path takes no fp32 activations on AMX: the oracle is this run")
     bridged = runs.get(backend, kinds=EAGER)["llama-w8a8"]
-    assert bridged["tokens"] == own["tokens"]
+    if OWN_W8A8_FP32:
+        want = runs.get(None, kinds=OWN_EAGER)["llama-w8a8"]
+    else:
+        want = runs.get("reference", kinds=EAGER)["llama-w8a8"]
+    assert bridged["tokens"] == want["tokens"]
     kinds = native_served(bridged["report"], backend)
     assert set(kinds) == {"attention", "linear-int8", "lm_head"}
 
@@ -67,7 +79,7 @@ def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
 def test_kv_sharing_layers_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     # Gemma-4's last layers read an earlier layer's KV cache (vLLM passes key=value=None to
     # them); in the 4-layer model, 2 (sliding) reads 0 and 3 (global) reads 1
-    own = runs.get(None, kinds=EAGER)["kv-sharing"]
+    own = runs.get(None, kinds=OWN_EAGER)["kv-sharing"]
     bridged = runs.get(backend, kinds=EAGER)["kv-sharing"]
     assert bridged["backend"] == backend and bridged["tokens"] == own["tokens"]
     report = bridged["report"]
