@@ -10,19 +10,19 @@ tiles of bf16 specs run as bf16 GEMMs through torch's ``cpublas::brgemm`` (``mat
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from plugin_api.contract.decision import Decision, ImplPath
 from plugin_api.contract.graphs import GraphLevel, GraphSupport, unless_refused
-from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.device_info import DeviceInfo
 from plugin_api.ops.attention import AttentionBatch, AttentionSpec, KVCache
 
 from . import _attention_ext as ext
 from . import cpu_family, settings
 from ._attention_ext import BLOCK_MULTIPLE, HEAD_MULTIPLE, MAX_BLOCK_SIZE, MAX_HEAD_SIZE
+from .isa import amx
 from .settings import ATTENTION_MATRIX, ATTENTION_PREFETCH, MATRIX_MODES, PREFETCH_MODES
 
 # Query rows (tokens x heads per KV head) one work item takes: enough to amortise converting a
@@ -30,7 +30,6 @@ from .settings import ATTENTION_MATRIX, ATTENTION_PREFETCH, MATRIX_MODES, PREFET
 TILE_ROWS = 64
 # A key range is split for parallelism only into parts of at least this many keys.
 MIN_SPLIT_KEYS = 512
-AMX_FLAGS = frozenset({"amx_tile", "amx_bf16"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +47,7 @@ class MatrixPath:
 def matrix_path(spec: AttentionSpec, info: DeviceInfo, mode: str) -> MatrixPath:
     if mode not in MATRIX_MODES:
         raise ValueError(f"matrix mode {mode!r} must be one of {MATRIX_MODES}")
-    engine = info.cpu_flags >= AMX_FLAGS
+    engine = amx(info)
     if mode == "off":
         return MatrixPath(False, engine, f"matrix-engine path off ({ATTENTION_MATRIX}=off)")
     if not (spec.dtype == spec.cache_dtype == torch.bfloat16):
@@ -125,14 +124,8 @@ class CpuAttentionPlan:
     ahead_l1: bool  # decode prefetches go to L1 (PrefetchTarget.l1)
 
 
-@functools.cache
-def _machine() -> DeviceInfo:
-    # reads /proc/cpuinfo and package metadata: once, not per step
-    return read_device_info().with_facts(cpu_family.facts())
-
-
 def _machine_isa() -> ext.IsaPath | None:
-    return ext.isa_path(_machine())
+    return ext.isa_path(cpu_family.host())
 
 
 def _extension() -> ext.Kernels:
@@ -205,7 +198,7 @@ class CpuPagedAttention:
         self, spec: AttentionSpec, batch: AttentionBatch, device: torch.device, reuse: object
     ) -> CpuAttentionPlan:
         ops = _extension().ops
-        matrix = matrix_path(spec, _machine(), self.matrix)
+        matrix = matrix_path(spec, cpu_family.host(), self.matrix)
         if matrix.used and matrix.engine and not ops.matrix_engine():
             # the CPU flags show AMX, yet torch's oneDNN will not pack for it (oneDNN disabled in
             # torch.backends.mkldnn, or its ISA capped by ONEDNN_MAX_CPU_ISA): the GEMMs would
@@ -249,7 +242,7 @@ class CpuPagedAttention:
             slot_mapping=batch.slot_mapping[:tokens].clone(memory_format=torch.contiguous_format),
             num_tokens=tokens,
             matrix=matrix.used,
-            ahead_l1=prefetch_target(_machine(), self.prefetch).l1,
+            ahead_l1=prefetch_target(cpu_family.host(), self.prefetch).l1,
         )
 
     def write_kv(

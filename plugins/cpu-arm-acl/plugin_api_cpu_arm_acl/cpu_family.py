@@ -8,7 +8,10 @@ tells them apart.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+
+from plugin_api.device_info import DeviceInfo, read_device_info
 
 FACT = "cpu-arm-acl.cpu_family"  # "<vendor_id> <cpu family>", e.g. "AuthenticAMD 26"
 
@@ -41,3 +44,10 @@ def facts(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     except OSError:  # no /proc (not Linux): the fact is absent and "auto" keeps its default
         return {}
     return {FACT: found} if found else {}
+
+
+@functools.cache
+def host() -> DeviceInfo:
+    """The machine the kernels run on, with its family fact: read once (``/proc/cpuinfo`` and
+    package metadata), not per call."""
+    return read_device_info().with_facts(facts())

@@ -21,7 +21,6 @@ that still lands on oneDNN's reference code is warned once (an error under
 
 from __future__ import annotations
 
-import functools
 import platform
 import threading
 import warnings
@@ -42,7 +41,7 @@ from plugin_api.settings import read_settings
 
 from . import cpu_family, settings
 from .build import extension
-from .isa import bf16_matmul, int8_matmul_exact, isa_name
+from .isa import amx, bf16_matmul, int8_matmul_exact, isa_name
 from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
 from .settings import GemvPolicy, LmHeadPolicy
@@ -154,12 +153,16 @@ class OneDnnGemm:
         if (slow := slow_bf16(info)) is not None:
             return Decision.reject(f"bf16: {why_not(info, slow)}")
         source = (
-            "PLUGIN_API_ONEDNN_LM_HEAD" if self.policy is not None else f"default on {info.machine}"
+            "PLUGIN_API_ONEDNN_LM_HEAD"
+            if self.policy is not None
+            else f"default on {info.machine}{' with AMX' if amx(info) else ''}"
         )
         if spec.usage == "lm_head":
-            policy = f"LmHeadPolicy: {self.policy_for(info.machine).describe()} ({source})"
+            lm_head = self.policy_for(info.machine, amx(info))
+            policy = f"LmHeadPolicy: {lm_head.describe()} ({source})"
         else:
-            gemv = self.gemv_for(info.machine, cpu_family.parse(info.fact(cpu_family.FACT)))
+            cpu = cpu_family.parse(info.fact(cpu_family.FACT))
+            gemv = self.gemv_for(info.machine, cpu, amx(info))
             origin = "PLUGIN_API_ONEDNN_GEMV" if self.gemv is not None else "default"
             policy = f"GemvPolicy: {gemv.describe()} ({origin})"
         if spec.out_dtype == F32:
@@ -174,13 +177,13 @@ class OneDnnGemm:
             return F32
         return F32 if self._host_policy().f32_dst(m, spec.n) else BF16
 
-    def policy_for(self, machine: str) -> LmHeadPolicy:
-        """The policy given, else the measured default for ``machine``."""
-        return LmHeadPolicy.default_for(machine) if self.policy is None else self.policy
+    def policy_for(self, machine: str, amx: bool = False) -> LmHeadPolicy:
+        """The policy given, else the measured default for ``machine`` (with AMX or not)."""
+        return LmHeadPolicy.default_for(machine, amx) if self.policy is None else self.policy
 
-    def gemv_for(self, machine: str, cpu: tuple[str, int] | None) -> GemvPolicy:
-        """The GEMV policy given, else the measured default for ``machine`` and ``cpu``."""
-        return GemvPolicy.default_for(machine, cpu) if self.gemv is None else self.gemv
+    def gemv_for(self, machine: str, cpu: tuple[str, int] | None, amx: bool = False) -> GemvPolicy:
+        """The GEMV policy given, else the measured default for ``machine``, ``cpu`` and AMX."""
+        return GemvPolicy.default_for(machine, cpu, amx) if self.gemv is None else self.gemv
 
     def form_for(self, machine: str) -> MatmulForm:
         """The form given, else what oneDNN's fast kernels take on ``machine``."""
@@ -190,10 +193,12 @@ class OneDnnGemm:
         return self.form_for(platform.machine())
 
     def _host_policy(self) -> LmHeadPolicy:
-        return self.policy_for(platform.machine())  # the machine the kernels run on
+        host = cpu_family.host()  # the machine the kernels run on
+        return self.policy_for(host.machine, amx(host))
 
     def _host_gemv(self) -> GemvPolicy:
-        return self.gemv_for(platform.machine(), _host_cpu())
+        host = cpu_family.host()
+        return self.gemv_for(host.machine, cpu_family.parse(host.fact(cpu_family.FACT)), amx(host))
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -394,12 +399,6 @@ class OneDnnGemm:
 
     def _threads(self) -> int:
         return self.threads or torch.get_num_threads()
-
-
-@functools.cache
-def _host_cpu() -> tuple[str, int] | None:
-    """(vendor, family) of the CPU the kernels run on, read once."""
-    return cpu_family.parse(cpu_family.facts().get(cpu_family.FACT))
 
 
 def implementations() -> tuple[OneDnnGemm, PanelGemm]:

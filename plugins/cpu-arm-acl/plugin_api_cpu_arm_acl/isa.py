@@ -24,6 +24,14 @@ def isa_name(info: DeviceInfo) -> str:
     return "no AVX2"
 
 
+AMX_FLAGS = frozenset({"amx_tile", "amx_bf16"})
+
+
+def amx(info: DeviceInfo) -> bool:
+    """Whether the CPU has AMX tiles with bf16 (oneDNN's and torch's brgemm use them)."""
+    return info.cpu_flags >= AMX_FLAGS
+
+
 def bf16_matmul(info: DeviceInfo) -> bool:
     """Whether oneDNN has a bf16 matmul kernel for this CPU.
 

@@ -98,8 +98,9 @@ class LmHeadPolicy:
         return replace(policy, enabled=False) if off else policy
 
     @classmethod
-    def default_for(cls, machine: str) -> LmHeadPolicy:
-        """The measured default for an architecture (``platform.machine()`` spelling).
+    def default_for(cls, machine: str, amx: bool = False) -> LmHeadPolicy:
+        """The measured default for an architecture (``platform.machine()`` spelling) and
+        whether the CPU has AMX.
 
         - Arm: upstream's Neoverse-V3 gate (vllm#55352): ACL's fastest bf16 kernel is
           bf16:bf16:f32, worth it from M=9 at N >= 64000; not re-measured here (no Arm machine).
@@ -107,8 +108,13 @@ class LmHeadPolicy:
           padded to 4, and the bf16 GEMV up to 8 rows. Measurements:
           docs/measurements/cpu-arm-acl/2026-12-03-zen4.md (gate, padding) and
           2026-12-04-zen5.md (GEMV).
+        - x86 with AMX: the gate off, no padding, no GEMV: oneDNN's AMX kernel streams the
+          weight at 94-98% of copy from M=1 to 8, where the GEMV reached 61-84%
+          (2026-12-05-xeon-amx.md).
         """
-        return cls(enabled=False, pad_m=4, gemv_m=8) if machine in X86 else cls()
+        if machine not in X86:
+            return cls()
+        return cls(enabled=False) if amx else cls(enabled=False, pad_m=4, gemv_m=8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +127,10 @@ class GemvPolicy:
     - ``prefetch``: 1, a non-temporal software prefetch ahead of each k-pair step; 0, none (the
       hardware prefetchers alone).
 
-    ``default_for``: on x86, ``linear_m=8``; the prefetch only on AMD family 26 (Zen 5), where it
-    was tuned and measured faster (docs/measurements/cpu-arm-acl/2026-12-05-zen4.md). Other
-    CPUs: no prefetch.
+    ``default_for``: on x86, ``linear_m=8``, except with AMX (0: oneDNN's AMX kernel was as fast
+    or faster at M=1 on the Llama-3-8B layers: docs/measurements/cpu-arm-acl/
+    2026-12-05-xeon-amx.md); the prefetch only on AMD family 26 (Zen 5), where it was tuned and
+    measured faster (2026-12-05-zen4.md). Other CPUs: no prefetch.
     """
 
     linear_m: int = 0
@@ -150,12 +157,14 @@ class GemvPolicy:
         return _parse(cls, GEMV, text)
 
     @classmethod
-    def default_for(cls, machine: str, cpu: tuple[str, int] | None) -> GemvPolicy:
-        """The measured default for an architecture and (vendor, family) (see the class)."""
+    def default_for(
+        cls, machine: str, cpu: tuple[str, int] | None, amx: bool = False
+    ) -> GemvPolicy:
+        """The measured default for an architecture, (vendor, family) and AMX (see the class)."""
         if machine not in X86:
             return cls()
         zen5_or_later = cpu is not None and cpu[0] == "AuthenticAMD" and cpu[1] >= 26
-        return cls(linear_m=GEMV_MAX_M, prefetch=int(zen5_or_later))
+        return cls(linear_m=0 if amx else GEMV_MAX_M, prefetch=int(zen5_or_later))
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,9 @@ AVX2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "f
 AMX = dataclasses.replace(
     MACHINES["xeon-cpu"], cpu_flags=MACHINES["xeon-cpu"].cpu_flags | {"fma", "f16c"}
 )
+ZEN4 = dataclasses.replace(  # AVX-512 BF16, no AMX
+    MACHINES["xeon-cpu"], cpu_flags=MACHINES["xeon-cpu"].cpu_flags - {"amx_bf16", "amx_tile"}
+)
 NEOVERSE_N1 = dataclasses.replace(MACHINES["graviton4"], cpu_flags=frozenset({"fp", "asimd"}))
 
 
@@ -290,6 +293,10 @@ def test_gemv_policy_defaults_and_parse():
     assert GemvPolicy.default_for("x86_64", zen5) == GemvPolicy(linear_m=8, prefetch=1)
     assert GemvPolicy.default_for("x86_64", None) == GemvPolicy(linear_m=8, prefetch=0)
     assert GemvPolicy.default_for("aarch64", zen5) == GemvPolicy()
+    # AMX: oneDNN's AMX kernel at M=1 was as fast or faster than the GEMV (2026-12-05-xeon-amx)
+    spr = ("GenuineIntel", 6)
+    assert GemvPolicy.default_for("x86_64", spr, amx=True) == GemvPolicy(linear_m=0, prefetch=0)
+    assert GemvPolicy.default_for("x86_64", spr) == GemvPolicy(linear_m=8, prefetch=0)
     assert GemvPolicy.parse("linear_m=2,prefetch=1") == GemvPolicy(2, 1)
     assert "M <= 2 run the bf16 GEMV; GEMV prefetch on" in GemvPolicy(2, 1).describe()
     for bad in ("linear_m=9", "prefetch=2", "rows=1"):
@@ -304,7 +311,19 @@ def test_lm_head_policy_gemv_rows():
         with pytest.raises(SettingError, match="gemv_m"):
             LmHeadPolicy.parse(bad)
     assert LmHeadPolicy.default_for("x86_64").gemv_m == 8
+    assert LmHeadPolicy.default_for("x86_64", amx=True) == LmHeadPolicy(enabled=False)
     assert LmHeadPolicy.default_for("aarch64").gemv_m == 0
+    assert LmHeadPolicy.default_for("aarch64", amx=True) == LmHeadPolicy()
+
+
+@pytest.mark.parametrize("host,gemv_rows", [(AMX, 0), (ZEN4, 8)], ids=["amx", "zen4"])
+def test_the_decision_shows_the_machines_gemv_rows(host, gemv_rows):
+    """The report names the policy of the machine it describes (AMX or not), not the host's."""
+    impl = OneDnnGemm(threads=2)
+    for usage in ("lm_head", "linear"):
+        why = impl.supports(GemmSpec(4096, 4096, BF16, BF16, usage), host).because()
+        runs_gemv = f"M <= {gemv_rows} run" in why
+        assert runs_gemv is bool(gemv_rows), (usage, why)
 
 
 def test_lm_head_policy_argument_overrides():

@@ -41,26 +41,34 @@ def test_off_turns_the_f32_dst_gate_off():
     assert settings.read({settings.LM_HEAD: "pad_m=2"}).lm_head == LmHeadPolicy(pad_m=2)
 
 
+XEON = MACHINES["xeon-cpu"]  # Sapphire Rapids: AMX
+XEON_NO_AMX = dataclasses.replace(XEON, cpu_flags=XEON.cpu_flags - {"amx_bf16", "amx_tile"})
+
+
 @pytest.mark.parametrize(
-    "machine,why",
+    "info,why",
     [
         (
-            "graviton4",
+            MACHINES["graviton4"],
             "f32-dst kernel + one downcast when N >= 64000 and M >= 9 (default on aarch64)",
         ),
         (
-            "xeon-cpu",
+            XEON_NO_AMX,
             "M <= 8 runs the bf16 GEMV on oneDNN's packed weights (where they are in its AVX-512 "
             "BF16 layout); M < 4 runs the 4-row kernel on padded rows (default on x86_64)",
         ),
+        (
+            XEON,
+            "LmHeadPolicy: bf16 out always runs the bf16-dst kernel (default on x86_64 with AMX)",
+        ),
     ],
+    ids=["graviton4", "xeon-no-amx", "xeon-cpu"],
 )
-def test_doctor_shows_the_default_of_the_machine_described(machine, why):
-    """A what-if DeviceInfo gets its own architecture's default, not the host's."""
+def test_doctor_shows_the_default_of_the_machine_described(info, why):
+    """A what-if DeviceInfo gets its own machine's default (architecture, AMX), not the host's."""
     (onednn,) = [
         i for i in hooks.HOOKS.plugin_api_implementations(OpFamily.GEMM) if i.name == "onednn"
     ]
-    info = MACHINES[machine]
     assert (
         why
         in onednn.supports(dataclasses.replace(LM_HEAD, out_dtype=torch.bfloat16), info).reasons[-1]
