@@ -28,6 +28,10 @@ from .settings import ATTENTION_MATRIX, ATTENTION_PREFETCH, MATRIX_MODES, PREFET
 # Query rows (tokens x heads per KV head) one work item takes: enough to amortise converting a
 # K/V block to fp32, small enough that its scratch stays in L2.
 TILE_ROWS = 64
+# Query rows per item in the matrix layout: an item gathers and packs the K/V panels of its key
+# range itself, so more rows per item share each pack. 256 was fastest of 64-1024 on a Xeon with
+# AMX (a 2048-token prefill 1.27-1.45x faster than 64; 2026-12-05-xeon-amx.md).
+MATRIX_TILE_ROWS = 256
 # A key range is split for parallelism only into parts of at least this many keys.
 MIN_SPLIT_KEYS = 512
 
@@ -229,7 +233,7 @@ class CpuPagedAttention:
             causal=spec.causal,
             window=spec.sliding_window or 0,
             num_threads=torch.get_num_threads(),
-            tile_rows=TILE_ROWS,
+            tile_rows=MATRIX_TILE_ROWS if matrix.used else TILE_ROWS,
             min_split_keys=MIN_SPLIT_KEYS,
         )
         return CpuAttentionPlan(

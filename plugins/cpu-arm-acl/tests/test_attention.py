@@ -419,6 +419,10 @@ def matrix_on(monkeypatch):
 MATRIX_BATCHES = {
     "mixed": ([1, 9, 40], [33, 25, 107], 1),
     "long-tile": ([70], [90], 0),
+    # 300 rows per KV head: a full MATRIX_TILE_ROWS item and a 44-row one
+    "two-tiles": ([150], [170], 0),
+    # with 2 threads, a 48-row item over 1100 keys is split in two, the partials combined
+    "split-keys": ([24], [1100], 0),
 }
 
 
