@@ -158,11 +158,9 @@ class OneDnnGemm:
             else f"default on {info.machine}{' with AMX' if amx(info) else ''}"
         )
         if spec.usage == "lm_head":
-            lm_head = self.policy_for(info.machine, amx(info))
-            policy = f"LmHeadPolicy: {lm_head.describe()} ({source})"
+            policy = f"LmHeadPolicy: {self.policy_for(info).describe()} ({source})"
         else:
-            cpu = cpu_family.parse(info.fact(cpu_family.FACT))
-            gemv = self.gemv_for(info.machine, cpu, amx(info))
+            gemv = self.gemv_for(info)
             origin = "PLUGIN_API_ONEDNN_GEMV" if self.gemv is not None else "default"
             policy = f"GemvPolicy: {gemv.describe()} ({origin})"
         if spec.out_dtype == F32:
@@ -177,13 +175,19 @@ class OneDnnGemm:
             return F32
         return F32 if self._host_policy().f32_dst(m, spec.n) else BF16
 
-    def policy_for(self, machine: str, amx: bool = False) -> LmHeadPolicy:
-        """The policy given, else the measured default for ``machine`` (with AMX or not)."""
-        return LmHeadPolicy.default_for(machine, amx) if self.policy is None else self.policy
+    def policy_for(self, info: DeviceInfo) -> LmHeadPolicy:
+        """The policy given, else the measured default for the machine ``info`` describes."""
+        if self.policy is not None:
+            return self.policy
+        return LmHeadPolicy.default_for(info.machine, amx(info))
 
-    def gemv_for(self, machine: str, cpu: tuple[str, int] | None, amx: bool = False) -> GemvPolicy:
-        """The GEMV policy given, else the measured default for ``machine``, ``cpu`` and AMX."""
-        return GemvPolicy.default_for(machine, cpu, amx) if self.gemv is None else self.gemv
+    def gemv_for(self, info: DeviceInfo) -> GemvPolicy:
+        """The GEMV policy given, else the measured default for the machine ``info`` describes
+        (architecture, CPU family, AMX)."""
+        if self.gemv is not None:
+            return self.gemv
+        cpu = cpu_family.parse(info.fact(cpu_family.FACT))
+        return GemvPolicy.default_for(info.machine, cpu, amx(info))
 
     def form_for(self, machine: str) -> MatmulForm:
         """The form given, else what oneDNN's fast kernels take on ``machine``."""
@@ -193,12 +197,10 @@ class OneDnnGemm:
         return self.form_for(platform.machine())
 
     def _host_policy(self) -> LmHeadPolicy:
-        host = cpu_family.host()  # the machine the kernels run on
-        return self.policy_for(host.machine, amx(host))
+        return self.policy_for(cpu_family.host())  # the machine the kernels run on
 
     def _host_gemv(self) -> GemvPolicy:
-        host = cpu_family.host()
-        return self.gemv_for(host.machine, cpu_family.parse(host.fact(cpu_family.FACT)), amx(host))
+        return self.gemv_for(cpu_family.host())
 
     # ---- running -------------------------------------------------------------------------------
 
