@@ -22,6 +22,11 @@ inline int64_t run_blocks(int64_t bs, int64_t heads, int64_t dim, int64_t elt) {
   const int64_t by_bytes = kRunBytes / (bs * dim * elt * 2 * heads);
   return std::max<int64_t>(1, std::min(kRunKeys / bs, by_bytes));
 }
+// A chunk of the matrix layout (attend_matrix): whole blocks, about kMatrixKeys keys per pass of
+// the online softmax (its per-row cost, the reductions and the accumulator's rescale, is paid
+// once per chunk).
+constexpr int64_t kMatrixKeys = 256;
+inline int64_t matrix_blocks(int64_t bs) { return std::max<int64_t>(1, kMatrixKeys / bs); }
 
 // Rows of an item: per KV head of the item (outer), per query token, per query head of the
 // group (inner). per_head = tokens x group.
@@ -60,7 +65,8 @@ struct Scratch {
   void reserve(int64_t Rp, int64_t D, int64_t bs) {
     const int64_t align = 16;  // floats: 64 bytes
     auto up = [&](int64_t n) { return (n + align - 1) / align * align; };
-    const int64_t keys = std::max(bs, kRunKeys);  // a rows block or a dot run
+    // a rows block, a dot run or a matrix chunk
+    const int64_t keys = std::max({bs, kRunKeys, matrix_blocks(bs) * bs});
     const int64_t sizes[] = {Rp * D, Rp * D, Rp * keys, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp,
                              (Rp * keys + 1) / 2};
     int64_t total = align;

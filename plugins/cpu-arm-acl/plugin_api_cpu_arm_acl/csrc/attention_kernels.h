@@ -194,14 +194,20 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
     }
     const int ja = a[r] / kV * kV;
     const int jb = (b[r] + kV - 1) / kV * kV;
-    if (zscale != 1.f)
-      for (int j = ja; j < jb; j += kV) (Vec::loadu(z + j) * Vec(zscale)).store(z + j);
-    if (cap > 0.f)
-      for (int j = ja; j < jb; j += kV) soft_cap(Vec::loadu(z + j), cap).store(z + j);
-    for (int j = ja; j < a[r]; ++j) z[j] = kNegInf;
-    for (int j = b[r]; j < jb; ++j) z[j] = kNegInf;
+    // one pass: scale, cap, mask the edge lanes (after the cap, which maps -inf to -cap), max
     Vec mx(kNegInf);
-    for (int j = ja; j < jb; j += kV) mx = at::vec::maximum(mx, Vec::loadu(z + j));
+    for (int j = ja; j < jb; j += kV) {
+      Vec x = Vec::loadu(z + j);
+      if (zscale != 1.f) x = x * Vec(zscale);
+      if (cap > 0.f) x = soft_cap(x, cap);
+      if (j < a[r] || j + kV > b[r]) {
+        const Vec key = Vec::arange(static_cast<float>(j), 1.f);
+        x = Vec::blendv(Vec(kNegInf), x,
+                        (key >= Vec(static_cast<float>(a[r]))) & (key < Vec(static_cast<float>(b[r]))));
+      }
+      x.store(z + j);
+      mx = at::vec::maximum(mx, x);
+    }
     // a visible NaN score keeps m NaN (std::max would drop it), so that finish_row makes the
     // row NaN as IEEE's exp(z - m) would (exp_u20 maps NaN to a finite value)
     const float mz = reduce_max(mx);
