@@ -135,8 +135,10 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
         ua = std::min(ua, w.a[r]);
         ub = std::max(ub, w.b[r]);
       }
-    if (ca == cb) ca = cb = ua;
-    const bool widen = ua < ub && finite_rows(row, 1, ua, ca, D) && finite_rows(row, 1, cb, ub, D);
+    // the keys some rows see but not all: [ua, ca) and [cb, ub), or [ua, ub) when none is common
+    const bool widen = ua < ub && (ca == cb ? finite_rows(row, 1, ua, ub, D)
+                                            : finite_rows(row, 1, ua, ca, D) &&
+                                                  finite_rows(row, 1, cb, ub, D));
     const int ga = widen ? ua : ca, gb = widen ? ub : cb;
     for (int64_t d0 = 0; d0 < D; d0 += kPanel) {  // P.V, kPanel output columns at a time
       const int64_t wc = std::min(kPanel, D - d0);
@@ -156,6 +158,7 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
                    w.acc + d0, vnni);
     }
     for (int r = 0; r < R && !widen; ++r) {  // keys [a, b) outside [ca, cb): p (bf16) times V
+      // (with no common key, ca = cb = cj0 <= a: the row's whole range)
       const int a = w.a[r], b = w.b[r];
       if (a >= b) continue;
       float* acc = w.acc + r * D;
