@@ -21,6 +21,7 @@ that still lands on oneDNN's reference code is warned once (an error under
 
 from __future__ import annotations
 
+import functools
 import platform
 import threading
 import warnings
@@ -44,7 +45,7 @@ from .build import extension
 from .isa import amx, bf16_matmul, int8_matmul_exact, isa_name
 from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
-from .settings import GemvPolicy, LmHeadPolicy
+from .settings import GemvPolicy, LmHeadPolicy, gemv_rows
 
 if TYPE_CHECKING:
     from .panel_gemm import PanelGemm
@@ -52,7 +53,23 @@ if TYPE_CHECKING:
 F32, BF16, S8 = torch.float32, torch.bfloat16, torch.int8
 CODES = {F32: 1, BF16: 2, S8: 3}  # pa_onednn::Dt in csrc/kernels.h
 PACK_M = 16  # the M whose primitive chooses the packed layout; other Ms reuse that layout
-GEMV_KERNEL = "bf16 GEMV (vdpbf16ps) on oneDNN's packed weights"  # csrc/gemv.cpp
+# csrc/gemv.cpp's kernels, by the name gemv_isa() gives the one this process runs
+GEMV_KERNELS = {
+    "amx": "bf16 GEMV (AMX tiles) on oneDNN's packed weights",
+    "avx512bf16": "bf16 GEMV (vdpbf16ps) on oneDNN's packed weights",
+}
+
+
+@functools.cache
+def gemv_kernel() -> str:
+    """The bf16 GEMV kernel this process runs (what provenance records for a GEMV call)."""
+    return GEMV_KERNELS.get(str(extension().ops.gemv_isa()), "no bf16 GEMV in this build")
+
+
+@functools.cache
+def gemv_max_rows() -> int:
+    """The most rows this process's GEMV kernel takes (0: none in this build)."""
+    return int(extension().ops.gemv_max_rows())
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +174,13 @@ class OneDnnGemm:
             if self.policy is not None
             else f"default on {info.machine}{' with AMX' if amx(info) else ''}"
         )
+        rows = gemv_rows(amx(info))
         if spec.usage == "lm_head":
-            policy = f"LmHeadPolicy: {self.policy_for(info).describe()} ({source})"
+            policy = f"LmHeadPolicy: {self.policy_for(info).describe(rows)} ({source})"
         else:
             gemv = self.gemv_for(info)
             origin = "PLUGIN_API_ONEDNN_GEMV" if self.gemv is not None else "default"
-            policy = f"GemvPolicy: {gemv.describe()} ({origin})"
+            policy = f"GemvPolicy: {gemv.describe(rows)} ({origin})"
         if spec.out_dtype == F32:
             return Decision.accept(
                 "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", bias, policy
@@ -272,7 +290,7 @@ class OneDnnGemm:
         if self._gemv(spec, payload, x, bias, out):
             prefetch = bool(self._host_gemv().prefetch)
             extension().ops.gemv(payload.packed, x, out, self._threads(), prefetch)
-            note_kernel(GEMV_KERNEL)
+            note_kernel(gemv_kernel())
             return
         pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
         if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
@@ -298,12 +316,12 @@ class OneDnnGemm:
         out: torch.Tensor,
     ) -> bool:
         """Whether this call runs the bf16 GEMV (``LmHeadPolicy.gemv_m`` for the LM head,
-        ``GemvPolicy.linear_m`` for linear layers)."""
+        ``GemvPolicy.linear_m`` for linear layers, up to the rows this process's kernel takes)."""
         rows = self._host_policy().gemv_m if spec.usage == "lm_head" else self._host_gemv().linear_m
         return (
             payload.gemv
             and bias is None
-            and x.shape[0] <= rows
+            and x.shape[0] <= min(rows, gemv_max_rows())
             and x.dtype == BF16
             and out.dtype in (F32, BF16)
             and x.stride(1) == 1

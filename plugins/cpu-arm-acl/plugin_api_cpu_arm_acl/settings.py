@@ -37,7 +37,23 @@ ATTENTION_PREFETCH = "PLUGIN_API_ONEDNN_ATTENTION_PREFETCH"
 NAMES = (ROOT, THREADS, LM_HEAD, GEMV, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
 MATRIX_MODES = ("auto", "on", "off")
 PREFETCH_MODES = ("auto", "l1", "l2")
-GEMV_MAX_M = 8  # rows the bf16 GEMV takes (gemv.cpp's kGemvMaxRows)
+GEMV_MAX_M = 16  # rows the AMX GEMV takes (gemv.cpp's kAmxGemvMaxRows)
+VDPBF16PS_GEMV_MAX_M = 8  # rows the vdpbf16ps GEMV takes (kGemvMaxRows)
+
+
+def gemv_rows(amx: bool) -> int:
+    """The most rows the bf16 GEMV of a CPU with (or without) AMX takes; a policy's larger
+    row count runs oneDNN beyond it, and its ``describe`` says so."""
+    return GEMV_MAX_M if amx else VDPBF16PS_GEMV_MAX_M
+
+
+def _gemv_rows(policy_rows: int, kernel_rows: int) -> tuple[str, str]:
+    """(the rows a policy's GEMV takes on a machine, in words; the kernel's name)."""
+    kernel = "AMX tiles" if kernel_rows == GEMV_MAX_M else "vdpbf16ps"
+    cap = f", at most {kernel_rows} here" if policy_rows > kernel_rows else ""
+    return f"M <= {policy_rows}{cap}", kernel
+
+
 P = TypeVar("P")
 PANEL_ISAS = ("auto", "avx2", "generic")
 
@@ -72,7 +88,8 @@ class LmHeadPolicy:
     def f32_dst(self, m: int, n: int) -> bool:
         return self.enabled and n >= self.min_n and m >= self.min_m
 
-    def describe(self) -> str:
+    def describe(self, gemv_kernel_rows: int = GEMV_MAX_M) -> str:
+        """In words; ``gemv_kernel_rows``: what the described machine's GEMV takes."""
         n, m = self.min_n, self.min_m
         dst = (
             f"bf16 out runs the f32-dst kernel + one downcast when N >= {n} and M >= {m}"
@@ -81,8 +98,9 @@ class LmHeadPolicy:
         )
         parts = [dst]
         if self.gemv_m:
+            rows, kernel = _gemv_rows(self.gemv_m, gemv_kernel_rows)
             parts.append(
-                f"M <= {self.gemv_m} runs the bf16 GEMV on oneDNN's packed weights (where "
+                f"{rows} runs the bf16 GEMV ({kernel}) on oneDNN's packed weights (where "
                 "they are in its AVX-512 BF16 layout)"
             )
         if self.pad_m != 1:
@@ -108,29 +126,31 @@ class LmHeadPolicy:
           padded to 4, and the bf16 GEMV up to 8 rows. Measurements:
           docs/measurements/cpu-arm-acl/2026-12-03-zen4.md (gate, padding) and
           2026-12-04-zen5.md (GEMV).
-        - x86 with AMX: the gate off, no padding, no GEMV: oneDNN's AMX kernel streams the
-          weight at 94-98% of copy from M=1 to 8, where the GEMV reached 61-84%
-          (2026-12-05-xeon-amx.md).
+        - x86 with AMX: the gate off, no padding, the AMX GEMV up to 16 rows: it read the
+          0.49B model's LM head 1.1x faster than oneDNN 3.2 and vLLM's oneDNN at M = 1-16, where
+          the vdpbf16ps GEMV had lost to oneDNN's AMX kernel (2026-12-06-xeon-amx.md).
         """
         if machine not in X86:
             return cls()
-        return cls(enabled=False) if amx else cls(enabled=False, pad_m=4, gemv_m=8)
+        rows = gemv_rows(amx)
+        return cls(enabled=False, gemv_m=rows) if amx else cls(enabled=False, pad_m=4, gemv_m=rows)
 
 
 @dataclass(frozen=True, slots=True)
 class GemvPolicy:
-    """The bf16 GEMV (``csrc/gemv.cpp``, AVX-512 BF16) beyond the LM head, and how it reads.
+    """The bf16 GEMV (``csrc/gemv.cpp``: AMX tiles where the CPU has them, else vdpbf16ps)
+    beyond the LM head, and how it reads.
 
-    - ``linear_m``: linear-usage calls of at most this many rows (bf16 ``x``, no bias) run the
-      GEMV on oneDNN's packed weights instead of oneDNN's kernel; 0: never. (LM-head calls:
-      ``LmHeadPolicy.gemv_m``.)
-    - ``prefetch``: 1, a non-temporal software prefetch ahead of each k-pair step; 0, none (the
-      hardware prefetchers alone).
+    - ``linear_m``: linear-usage calls of at most this many rows (bf16 ``x``, no bias, and no
+      more than the kernel takes: ``gemv_rows``) run the GEMV on oneDNN's packed weights
+      instead of oneDNN's kernel; 0: never. (LM-head calls: ``LmHeadPolicy.gemv_m``.)
+    - ``prefetch``: 1, a software prefetch ahead of each step (vdpbf16ps: non-temporal, per
+      k-pair step; AMX: the next 4 KB weight block, to L1); 0, none (the hardware prefetchers
+      alone).
 
-    ``default_for``: on x86, ``linear_m=8``, except with AMX (0: oneDNN's AMX kernel was as fast
-    or faster at M=1 on the Llama-3-8B layers: docs/measurements/cpu-arm-acl/
-    2026-12-05-xeon-amx.md); the prefetch only on AMD family 26 (Zen 5), where it was tuned and
-    measured faster (2026-12-05-zen4.md). Other CPUs: no prefetch.
+    ``default_for``: on x86 every row the machine's kernel takes (8; 16 with AMX); the prefetch
+    on AMD family 26 (Zen 5), where it was tuned and measured faster (2026-12-05-zen4.md), and
+    with AMX (2026-12-06-xeon-amx.md). Other CPUs: no prefetch.
     """
 
     linear_m: int = 0
@@ -143,13 +163,14 @@ class GemvPolicy:
         if self.prefetch not in (0, 1):
             raise ValueError(f"GemvPolicy.prefetch={self.prefetch} must be 0 or 1")
 
-    def describe(self) -> str:
-        rows = (
-            f"linear calls of M <= {self.linear_m} run the bf16 GEMV"
-            if self.linear_m
-            else "linear calls never run the bf16 GEMV"
-        )
-        return f"{rows}; GEMV prefetch {'on' if self.prefetch else 'off'}"
+    def describe(self, kernel_rows: int = GEMV_MAX_M) -> str:
+        """In words; ``kernel_rows``: what the described machine's GEMV takes."""
+        if self.linear_m:
+            rows, kernel = _gemv_rows(self.linear_m, kernel_rows)
+            calls = f"linear calls of {rows} run the bf16 GEMV ({kernel})"
+        else:
+            calls = "linear calls never run the bf16 GEMV"
+        return f"{calls}; GEMV prefetch {'on' if self.prefetch else 'off'}"
 
     @classmethod
     def parse(cls, text: str) -> GemvPolicy:
@@ -164,7 +185,7 @@ class GemvPolicy:
         if machine not in X86:
             return cls()
         zen5_or_later = cpu is not None and cpu[0] == "AuthenticAMD" and cpu[1] >= 26
-        return cls(linear_m=0 if amx else GEMV_MAX_M, prefetch=int(zen5_or_later))
+        return cls(linear_m=gemv_rows(amx), prefetch=int(zen5_or_later or amx))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,12 @@ from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
 from plugin_api_cpu_arm_acl.build import extension
-from plugin_api_cpu_arm_acl.gemm import CODES, GEMV_KERNEL, OneDnnGemm
+from plugin_api_cpu_arm_acl.gemm import CODES, GEMV_KERNELS, OneDnnGemm, gemv_kernel, gemv_max_rows
 from plugin_api_cpu_arm_acl.isa import int8_matmul_exact, int8_panel_exact
 from plugin_api_cpu_arm_acl.kernel_probe import onednn_bf16, onednn_serves
 from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
-from plugin_api_cpu_arm_acl.settings import GemvPolicy, LmHeadPolicy, PanelPolicy
+from plugin_api_cpu_arm_acl.settings import GEMV_MAX_M, GemvPolicy, LmHeadPolicy, PanelPolicy
 
 BF16, F16, F32, S8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 AVX2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "fma", "f16c"}))
@@ -235,7 +235,7 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
     from plugin_api.contract.provenance import record_kernels
 
     impl = OneDnnGemm(
-        threads=2, policy=LmHeadPolicy(enabled=False, gemv_m=8), gemv=GemvPolicy(linear_m=0)
+        threads=2, policy=LmHeadPolicy(enabled=False, gemv_m=GEMV_MAX_M), gemv=GemvPolicy()
     )
     w = _rand(300, 512, seed=8, scale=0.05)
     spec = GemmSpec(300, 512, BF16, odt, "lm_head")
@@ -246,8 +246,9 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
     if not packed.gemv:
         pytest.skip(f"oneDNN packed {packed.layout!r} here, or this build lacks AVX-512 BF16")
     tol = dict(atol=1e-4, rtol=1e-5) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
-    wide = _rand(9, 700, seed=9)
-    calls = [(m, None, "lm_head") for m in range(1, 10)]  # every row count the kernel has, and 9
+    wide = _rand(GEMV_MAX_M + 1, 700, seed=9)
+    rows = gemv_max_rows()  # 16 with AMX tiles, 8 with vdpbf16ps
+    calls = [(m, None, "lm_head") for m in range(1, rows + 2)]  # every row count it has, one more
     calls += [(2, True, "lm_head"), (2, None, "linear")]
     for m, bias, usage in calls:
         x = wide[:m, 100:612]  # row stride 700
@@ -257,8 +258,8 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
             impl.mm(dataclasses.replace(spec, usage=usage), x, packed, b, out)
         exact = x.double() @ w.double().t() + (0 if b is None else b.double())
         torch.testing.assert_close(out.double(), exact, **tol)
-        gemv = m <= 8 and bias is None and usage == "lm_head"
-        assert (kernels == [GEMV_KERNEL]) is gemv, (m, bias, usage, kernels)
+        gemv = m <= rows and bias is None and usage == "lm_head"
+        assert (kernels == [gemv_kernel()]) is gemv, (m, bias, usage, kernels)
 
 
 @pytest.mark.parametrize("prefetch", [0, 1])
@@ -284,7 +285,7 @@ def test_linear_few_rows_run_the_gemv_per_gemv_policy(onednn_backend, prefetch):
             impl.mm(spec, x, packed, b, out)
         exact = x.double() @ w.double().t() + (0 if b is None else b.double())
         torch.testing.assert_close(out.double(), exact, atol=2e-2, rtol=1.6e-2)
-        assert (kernels == [GEMV_KERNEL]) is (m <= 3 and bias is None), (m, bias, kernels)
+        assert (kernels == [gemv_kernel()]) is (m <= 3 and bias is None), (m, bias, kernels)
 
 
 def test_gemv_policy_defaults_and_parse():
@@ -293,37 +294,78 @@ def test_gemv_policy_defaults_and_parse():
     assert GemvPolicy.default_for("x86_64", zen5) == GemvPolicy(linear_m=8, prefetch=1)
     assert GemvPolicy.default_for("x86_64", None) == GemvPolicy(linear_m=8, prefetch=0)
     assert GemvPolicy.default_for("aarch64", zen5) == GemvPolicy()
-    # AMX: oneDNN's AMX kernel at M=1 was as fast or faster than the GEMV (2026-12-05-xeon-amx)
+    # AMX: the AMX GEMV, 16 rows, prefetching (2026-12-06-xeon-amx)
     spr = ("GenuineIntel", 6)
-    assert GemvPolicy.default_for("x86_64", spr, amx=True) == GemvPolicy(linear_m=0, prefetch=0)
+    assert GemvPolicy.default_for("x86_64", spr, amx=True) == GemvPolicy(linear_m=16, prefetch=1)
     assert GemvPolicy.default_for("x86_64", spr) == GemvPolicy(linear_m=8, prefetch=0)
     assert GemvPolicy.parse("linear_m=2,prefetch=1") == GemvPolicy(2, 1)
-    assert "M <= 2 run the bf16 GEMV; GEMV prefetch on" in GemvPolicy(2, 1).describe()
-    for bad in ("linear_m=9", "prefetch=2", "rows=1"):
+    assert "M <= 2 run the bf16 GEMV (AMX tiles); GEMV prefetch on" in GemvPolicy(2, 1).describe()
+    # a row count beyond the machine's kernel is stated with the kernel's limit
+    assert "M <= 16, at most 8 here run the bf16 GEMV (vdpbf16ps)" in GemvPolicy(16).describe(8)
+    for bad in ("linear_m=17", "prefetch=2", "rows=1"):
         with pytest.raises(SettingError, match="PLUGIN_API_ONEDNN_GEMV"):
             GemvPolicy.parse(bad)
 
 
 def test_lm_head_policy_gemv_rows():
     assert LmHeadPolicy.parse("off,gemv_m=0").gemv_m == 0
-    assert "M <= 3 runs the bf16 GEMV" in LmHeadPolicy.parse("gemv_m=3").describe()
-    for bad in ("gemv_m=9", "gemv_m=-1"):
+    assert "M <= 3 runs the bf16 GEMV (vdpbf16ps)" in LmHeadPolicy.parse("gemv_m=3").describe(8)
+    for bad in ("gemv_m=17", "gemv_m=-1"):
         with pytest.raises(SettingError, match="gemv_m"):
             LmHeadPolicy.parse(bad)
     assert LmHeadPolicy.default_for("x86_64").gemv_m == 8
-    assert LmHeadPolicy.default_for("x86_64", amx=True) == LmHeadPolicy(enabled=False)
+    assert LmHeadPolicy.default_for("x86_64", amx=True) == LmHeadPolicy(enabled=False, gemv_m=16)
     assert LmHeadPolicy.default_for("aarch64").gemv_m == 0
     assert LmHeadPolicy.default_for("aarch64", amx=True) == LmHeadPolicy()
 
 
-@pytest.mark.parametrize("host,gemv_rows", [(AMX, 0), (ZEN4, 8)], ids=["amx", "zen4"])
-def test_the_decision_shows_the_machines_gemv_rows(host, gemv_rows):
-    """The report names the policy of the machine it describes (AMX or not), not the host's."""
+@pytest.mark.parametrize(
+    "host,gemv_rows,kernel", [(AMX, 16, "AMX tiles"), (ZEN4, 8, "vdpbf16ps")], ids=["amx", "zen4"]
+)
+def test_the_decision_shows_the_machines_gemv_rows(host, gemv_rows, kernel):
+    """The report names the policy and GEMV kernel of the machine it describes (AMX or not),
+    not the host's."""
     impl = OneDnnGemm(threads=2)
     for usage in ("lm_head", "linear"):
         why = impl.supports(GemmSpec(4096, 4096, BF16, BF16, usage), host).because()
-        runs_gemv = f"M <= {gemv_rows} run" in why
-        assert runs_gemv is bool(gemv_rows), (usage, why)
+        assert f"M <= {gemv_rows} run" in why and f"bf16 GEMV ({kernel})" in why, (usage, why)
+
+
+def test_the_gemv_kernel_is_the_cpus(onednn_backend):
+    """A CPU with AMX-BF16 runs the AMX GEMV (Linux grants the tile state to a process that asks),
+    one with AVX-512 BF16 alone the vdpbf16ps one."""
+    flags = onednn_backend.info.cpu_flags
+    if "avx512_bf16" not in flags:
+        pytest.skip("no AVX-512 BF16 on this CPU: the build has no bf16 GEMV")
+    amx = {"amx_bf16", "amx_tile"} <= flags
+    assert gemv_kernel() == GEMV_KERNELS["amx" if amx else "avx512bf16"]
+    assert gemv_max_rows() == (16 if amx else 8)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_gemv_matches_the_oracle_at_every_row_count(onednn_backend, threads):
+    """Every row count the GEMV takes, fp32 and bf16 out, a deep K and N not a multiple of 64
+    (column blocks split unevenly between threads), as the fp64 oracle."""
+    rows = gemv_max_rows()
+    if rows == 0:
+        pytest.skip("this build has no bf16 GEMV (no AVX-512 BF16)")
+    impl = OneDnnGemm(threads=threads, gemv=GemvPolicy(linear_m=rows, prefetch=1))
+    w = _rand(300, 2048, seed=21, scale=0.05)
+    spec = GemmSpec(300, 2048, BF16, F32, "linear")
+    packed = impl.prepare(spec, w, None)
+    if not packed.gemv:
+        pytest.skip(f"oneDNN packed {packed.layout!r} here, not its AVX-512 BF16 layout")
+    ext = extension().ops
+    for m in range(1, rows + 1):
+        x = _rand(m, 2048, seed=30 + m)
+        exact = x.double() @ w.double().t()
+        for odt in (F32, BF16):
+            out = torch.full((m, 300), float("nan"), dtype=odt)
+            ext.gemv(packed.packed, x, out, threads, bool(m % 2))
+            tol = dict(atol=1e-4, rtol=1e-5) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
+            torch.testing.assert_close(out.double(), exact, **tol, msg=f"m={m} out={odt}")
+    with pytest.raises(RuntimeError, match="gemv x must be bf16"):
+        ext.gemv(packed.packed, _rand(rows + 1, 2048, seed=1), torch.empty(rows + 1, 300), 1, False)
 
 
 def test_lm_head_policy_argument_overrides():
@@ -548,7 +590,7 @@ def test_the_bench_reports_the_onednn_kernel_each_case_ran(onednn_backend):
     ceilings = measure_ceilings(cpu, 8 << 20, tiny, synchronizer(cpu), stop_after_s=1.0,
                                 sizes=(64, 128))  # fmt: skip
     cases = (
-        C.GemmCase("tiny_head", 9, 64, 32, C.BF16, C.FP32, "lm_head"),  # M=9: past gemv_m
+        C.GemmCase("tiny_head", 17, 64, 32, C.BF16, C.FP32, "lm_head"),  # M=17: past gemv_m
         C.GemmCase("tiny_w8a8", 2, 48, 64, C.INT8, C.BF16),
     )
     progress = io.StringIO()

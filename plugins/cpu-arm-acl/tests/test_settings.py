@@ -54,12 +54,15 @@ XEON_NO_AMX = dataclasses.replace(XEON, cpu_flags=XEON.cpu_flags - {"amx_bf16", 
         ),
         (
             XEON_NO_AMX,
-            "M <= 8 runs the bf16 GEMV on oneDNN's packed weights (where they are in its AVX-512 "
-            "BF16 layout); M < 4 runs the 4-row kernel on padded rows (default on x86_64)",
+            "M <= 8 runs the bf16 GEMV (vdpbf16ps) on oneDNN's packed weights (where they are in "
+            "its AVX-512 BF16 layout); M < 4 runs the 4-row kernel on padded rows (default on "
+            "x86_64)",
         ),
         (
             XEON,
-            "LmHeadPolicy: bf16 out always runs the bf16-dst kernel (default on x86_64 with AMX)",
+            "LmHeadPolicy: bf16 out always runs the bf16-dst kernel; M <= 16 runs the bf16 GEMV "
+            "(AMX tiles) on oneDNN's packed weights (where they are in its AVX-512 BF16 layout) "
+            "(default on x86_64 with AMX)",
         ),
     ],
     ids=["graviton4", "xeon-no-amx", "xeon-cpu"],

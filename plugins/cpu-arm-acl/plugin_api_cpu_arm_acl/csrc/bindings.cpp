@@ -127,8 +127,8 @@ void gemv(const c10::intrusive_ptr<PackedWeights>& w, const Tensor& x, const Ten
   TORCH_CHECK(gemv_available() && pb.base != nullptr,
               "pa_cpu_onednn: gemv needs AVX-512 BF16 and oneDNN's paired bf16 layout");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.size(1) == pb.k &&
-                  x.stride(1) == 1 && x.size(0) >= 1 && x.size(0) <= kGemvMaxRows,
-              "pa_cpu_onednn: gemv x must be bf16 [1..", kGemvMaxRows, ", K] with unit stride");
+                  x.stride(1) == 1 && x.size(0) >= 1 && x.size(0) <= gemv_max_rows(),
+              "pa_cpu_onednn: gemv x must be bf16 [1..", gemv_max_rows(), ", K] with unit stride");
   TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
                   out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == pb.n &&
                   out.stride(1) == 1,
@@ -262,6 +262,8 @@ TORCH_LIBRARY(pa_cpu_onednn, m) {
   m.def("group_quant", &quant);
   m.def("gemv_layout", &gemv_layout);
   m.def("gemv", &gemv);
+  m.def("gemv_isa", [] { return std::string(gemv_isa()); });
+  m.def("gemv_max_rows", &gemv_max_rows);
   m.def("onednn_version", [] { return onednn_version(); });
   m.def("panel_pack", &panel_pack);
   m.def("panel_mm", &panel_mm);

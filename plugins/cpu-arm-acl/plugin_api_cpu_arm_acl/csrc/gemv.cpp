@@ -1,9 +1,13 @@
-// Small-M bf16 GEMV on oneDNN's packed weights (kernels.h's PairedBlocks): one 64-column block
-// per task, its 32-k blocks read front to back with vdpbf16ps, the M rows' (k, k + 1) pairs
-// broadcast from x as they stand (no packing), fp32 accumulators in registers for the whole K
-// (at M = 8 GCC keeps five of the 32 on the stack: a load and a store each per step, behind the
-// step's 32 FMAs). Threads split the column blocks, so each weight byte is read from memory
-// once.
+// Small-M bf16 GEMV on oneDNN's packed weights (kernels.h's PairedBlocks), in two kernels:
+// - vdpbf16ps (AVX-512 BF16): one 64-column block per task, its 32-k blocks read front to back,
+//   the M rows' (k, k + 1) pairs broadcast from x as they stand (no packing), fp32 accumulators in
+//   registers for the whole K (at M = 8 GCC keeps five of the 32 on the stack: a load and a store
+//   each per step, behind the step's 32 FMAs);
+// - AMX tiles, where the CPU has them and the kernel grants them: a 32-k block of the packed
+//   weights is four B tiles as it stands (16 k-pairs x 16 columns x 2, rows 256 bytes apart), x's
+//   M rows one A tile, four fp32 C tiles for the whole K. One tile multiply per 1 KB of weights
+//   keeps the read, not the arithmetic, the bound up to 16 rows.
+// Threads split the column blocks, so each weight byte is read from memory once.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,13 +17,32 @@
 #include "kernels.h"
 
 #if defined(__AVX512BF16__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace pa_onednn {
 
 #if defined(__AVX512BF16__)
 namespace {
+
+// The lanes of a 16-column group that fall inside N.
+inline __mmask16 lanes_from(int64_t c, int64_t n) {
+  return n - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - c)) - 1);
+}
+
+// Row r's 16 columns from c: fp32, or bf16 rounded to nearest even (once).
+inline void store_columns(__m512 v, void* out, int64_t out_dt, int64_t ldo, int64_t r, int64_t c,
+                          __mmask16 lanes) {
+  if (out_dt == kF32) {
+    _mm512_mask_storeu_ps(static_cast<float*>(out) + r * ldo + c, lanes, v);
+  } else {
+    const __m256i b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + r * ldo + c, lanes, b);
+  }
+}
 
 // With `prefetch`, bytes ahead of the current k-pair step that each step asks for, two of its
 // four lines (non-temporal: the weights are read once); tuned on a Zen 5, where it helps. On a
@@ -64,15 +87,8 @@ void column_block(const PairedBlocks& w, int64_t nb, const uint16_t* x, int64_t 
   for (int t = 0; t < 4; ++t) {
     const int64_t c = n0 + 16 * t;
     if (c >= w.n) break;
-    const __mmask16 lanes = w.n - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (w.n - c)) - 1);
-    for (int r = 0; r < M; ++r) {
-      if (out_dt == kF32) {
-        _mm512_mask_storeu_ps(static_cast<float*>(out) + r * ldo + c, lanes, acc[r][t]);
-      } else {  // bf16: round to nearest even, once
-        const __m256i b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][t]));
-        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + r * ldo + c, lanes, b);
-      }
-    }
+    const __mmask16 lanes = lanes_from(c, w.n);
+    for (int r = 0; r < M; ++r) store_columns(acc[r][t], out, out_dt, ldo, r, c, lanes);
   }
 }
 
@@ -89,13 +105,113 @@ void all_blocks(const PairedBlocks& w, const uint16_t* x, int64_t ldx, void* out
   }
 }
 
+
+// ---- AMX tiles ---------------------------------------------------------------------------------
+
+// Linux hands out the tile data state only on request (arch_prctl, once per process).
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool amx_granted() {
+  static const bool granted = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool bf16 = (d >> 22) & 1, tile = (d >> 24) & 1;  // CPUID.(7,0):EDX AMX-BF16, AMX-TILE
+    return bf16 && tile && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
+
+struct alignas(64) TileConfig {  // ldtilecfg's 64-byte operand, palette 1
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C (m rows x 16 fp32 columns); 4: A (m rows x 32 bf16); 5-7: B (16 k-pairs).
+#define PA_AMX __attribute__((target("amx-tile,amx-bf16")))
+
+// Bytes ahead of the current 4 KB weight block that a prefetching call asks for: the next block
+// of the same column range (its 64 lines, to L1: the next step reads them whole).
+constexpr int64_t kAmxPrefetchBytes = 4096;
+
+PA_AMX void amx_blocks(const PairedBlocks& w, int64_t first, int64_t last, const uint16_t* x,
+                       int64_t m, int64_t ldx, void* out, int64_t out_dt, int64_t ldo,
+                       bool prefetch) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = t < 5 ? static_cast<uint8_t>(m) : 16;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) float acc[kAmxGemvMaxRows][64];
+  const int64_t x_stride = ldx * 2;
+  for (int64_t nb = first; nb < last; ++nb) {
+    const uint16_t* col = w.base + nb * w.stride_n;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < w.k / 32; ++kb) {
+      const uint16_t* blk = col + kb * w.stride_k;
+      if (prefetch) {
+        const char* ahead = reinterpret_cast<const char*>(blk) + kAmxPrefetchBytes;
+        for (int line = 0; line < 64; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+      }
+      _tile_loadd(4, x + kb * 32, x_stride);
+      _tile_loadd(5, blk, 256);
+      _tile_loadd(6, blk + 32, 256);
+      _tile_loadd(7, blk + 64, 256);
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_loadd(5, blk + 96, 256);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+    _tile_stored(0, &acc[0][0], 256);
+    _tile_stored(1, &acc[0][16], 256);
+    _tile_stored(2, &acc[0][32], 256);
+    _tile_stored(3, &acc[0][48], 256);
+    const int64_t n0 = nb * 64;
+    for (int t = 0; t < 4; ++t) {
+      const int64_t c = n0 + 16 * t;
+      if (c >= w.n) break;
+      const __mmask16 lanes = lanes_from(c, w.n);
+      for (int64_t r = 0; r < m; ++r)
+        store_columns(_mm512_load_ps(&acc[r][16 * t]), out, out_dt, ldo, r, c, lanes);
+    }
+  }
+  _tile_release();
+}
+
+void amx_gemv(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
+              int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
+  const int64_t blocks = (w.n + 63) / 64;
+#pragma omp parallel num_threads(threads)
+  {
+    // each thread configures its own tiles: one contiguous range of column blocks per thread
+    const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t first = blocks * me / team, last = blocks * (me + 1) / team;
+    if (first < last) amx_blocks(w, first, last, x, m, ldx, out, out_dt, ldo, prefetch);
+  }
+}
+
 }  // namespace
 
 bool gemv_available() { return true; }
 
+const char* gemv_isa() { return amx_granted() ? "amx" : "avx512bf16"; }
+
+int64_t gemv_max_rows() { return amx_granted() ? kAmxGemvMaxRows : kGemvMaxRows; }
+
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
                int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
   const int64_t t = threads > 0 ? threads : omp_get_max_threads();
+  if (amx_granted()) {
+    if (m < 1 || m > kAmxGemvMaxRows) throw std::invalid_argument("gemv_bf16: m must be 1..16");
+    amx_gemv(w, x, m, ldx, out, out_dt, ldo, t, prefetch);
+    return;
+  }
   switch (m) {
     case 1: all_blocks<1>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
     case 2: all_blocks<2>(w, x, ldx, out, out_dt, ldo, t, prefetch); break;
@@ -112,6 +228,10 @@ void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx,
 #else  // no AVX-512 BF16 in this build (-march=native): the Python side never calls it
 
 bool gemv_available() { return false; }
+
+const char* gemv_isa() { return "none"; }
+
+int64_t gemv_max_rows() { return 0; }
 
 void gemv_bf16(const PairedBlocks&, const uint16_t*, int64_t, int64_t, void*, int64_t, int64_t,
                int64_t, bool) {

@@ -90,11 +90,16 @@ struct PairedBlocks {
   int64_t n = 0, k = 0;            // logical sizes (k % 32 == 0)
   int64_t stride_k = 0, stride_n = 0;  // elements between consecutive 32-k / 64-n blocks
 };
-constexpr int64_t kGemvMaxRows = 8;
+constexpr int64_t kGemvMaxRows = 8;      // the vdpbf16ps kernel
+constexpr int64_t kAmxGemvMaxRows = 16;  // the AMX kernel: one A tile
 PairedBlocks paired_blocks(const Packed& p);
 bool gemv_available();  // compiled with AVX-512 BF16
+// The kernel gemv_bf16 runs in this process: "amx" (the CPU has AMX-BF16 and Linux granted the
+// tile state), else "avx512bf16"; "none" without AVX-512 BF16 in the build. Its row limit.
+const char* gemv_isa();
+int64_t gemv_max_rows();
 // out[m, n] (fp32 or bf16, row stride ldo) = x[m, k] (bf16, row stride ldx) @ W^T, fp32
-// accumulation, bf16 out rounded once (nearest even); 1 <= m <= kGemvMaxRows. `prefetch`: a
+// accumulation, bf16 out rounded once (nearest even); 1 <= m <= gemv_max_rows(). `prefetch`: a
 // software prefetch ahead of each step (GemvPolicy.prefetch).
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
                int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch);
