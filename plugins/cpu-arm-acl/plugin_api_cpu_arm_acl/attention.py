@@ -74,6 +74,18 @@ def matrix_path(spec: AttentionSpec, info: DeviceInfo, mode: str) -> MatrixPath:
     return MatrixPath(False, False, "no matrix-engine path: no AMX (amx_tile, amx_bf16) here")
 
 
+def tile_scores(spec: AttentionSpec, info: DeviceInfo, variant: str) -> str:
+    """The decode (dot layout) scores' clause of the decision: on AMX tiles where the
+    ``avx512bf16`` variant runs on a CPU with AMX over a bf16 cache with a head size of whole 32s
+    (csrc/attention_tiles.h: up to 16 rows per KV head; blocks are whole 16s by admission), else
+    nothing."""
+    if not (variant == "avx512bf16" and amx(info) and spec.cache_dtype == torch.bfloat16):
+        return ""
+    if spec.head_size % 32:
+        return ""
+    return "; decode scores on AMX tiles (S^T = K . Q^T, K rows straight from the cache)"
+
+
 @dataclass(frozen=True, slots=True)
 class PrefetchTarget:
     """The cache level the decode kernels prefetch a request's next KV block into, and why."""
@@ -186,7 +198,7 @@ class CpuPagedAttention:
             f"native {isa.name} path: {isa.summary}, online softmax over blocks, "
             f"split by (request, KV head, context); "
             f"{prefetch_target(info, self.prefetch).reason}; "
-            f"{matrix_path(spec, info, self.matrix).reason}"
+            f"{matrix_path(spec, info, self.matrix).reason}" + tile_scores(spec, info, isa.name)
         )
 
     def graph_support(self, spec: AttentionSpec, info: DeviceInfo) -> GraphSupport:

@@ -52,6 +52,8 @@ ATTENTION_HEADERS = (
     "attention_item.h",
     "attention_vec.h",
     "attention_kernels.h",
+    "attention_tiles.h",
+    "amx.h",
 )
 # -fopenmp: at::parallel_for is an OpenMP pragma in the headers; without it, one thread runs
 ATTENTION_COMMON_CFLAGS = ("-O3", "-fopenmp", "-fvisibility=hidden")

@@ -64,6 +64,23 @@ def test_isa_path_is_chosen_from_cpu_flags_and_shown(info, isa):
     assert f"native {isa} path" in d.because()
 
 
+@pytest.mark.parametrize(
+    "info,change,tiles",
+    [
+        (MACHINES["xeon-cpu"], {}, True),
+        (MACHINES["xeon-cpu"], dict(head_size=80), False),  # not whole 32-element chunks
+        (MACHINES["xeon-cpu"], dict(kv_cache_dtype=FP8), False),
+        (MACHINES["mi300x"], {}, False),  # AVX-512 BF16 without AMX
+    ],
+    ids=["amx", "amx-head-80", "amx-fp8-cache", "zen4"],
+)
+def test_decode_scores_on_amx_tiles_are_shown(info, change, tiles):
+    """The decision says when the decode scores run on AMX tiles (attention_tiles.h's rule)."""
+    d = IMPL.supports(dataclasses.replace(SPEC, **change), info)
+    assert d.ok, d.reasons
+    assert ("decode scores on AMX tiles" in d.because()) is tiles, d.because()
+
+
 def test_cpu_without_vector_isa_is_rejected():
     old = dataclasses.replace(THIS_BOX, cpu_flags=frozenset({"sse4_2", "avx"}))
     d = IMPL.supports(SPEC, old)

@@ -14,6 +14,7 @@
 
 #include "attention.h"
 #include "attention_item.h"
+#include "attention_tiles.h"
 
 namespace pa_attn {
 
@@ -60,6 +61,18 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
     else
       return static_cast<const float*>(w.q);
   }();
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  // a bf16 cache's scores on AMX tiles where granted (attention_tiles.h)
+  constexpr bool kTileable = kBf16Dot && std::is_same_v<KT, c10::BFloat16>;
+  const bool tiles = kTileable && tile_scores(D, bs, Rh);
+  thread_local std::vector<uint32_t> qt;
+  if constexpr (kTileable) {
+    if (tiles) {
+      pack_query_pairs(q, static_cast<int>(heads), Rh, D, qt);
+      configure_score_tiles(Rh);
+    }
+  }
+#endif
   for (int64_t c = first; c <= last; c += run) {
     const int64_t c_end = std::min(last + 1, c + run), kc = c * bs;
     const int cj0 = static_cast<int>(std::max<int64_t>(k0 - kc, 0));
@@ -75,6 +88,13 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
         vb[h][i] = kh + kv.kv;
         const KT* next_k = next ? next + h * kv.head : nullptr;
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+        if constexpr (kTileable) {
+          if (tiles) {
+            qk_tiles(Rh, qt.data() + h * (D / 32) * 16 * Rh, kh, D, j0, j1,
+                     w.s + off * Rp + h * Rh, Rp, next_k, st.ahead_l1);
+            continue;
+          }
+        }
         if constexpr (kBf16Dot)
           qk_bf16(Rh, q + h * Rh * D, kh, D, j0, j1, w.s + off * Rp + h * Rh, Rp, next_k,
                   st.ahead_l1);
@@ -139,6 +159,10 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
           });
     }
   }
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  if constexpr (kTileable)
+    if (tiles) release_tiles();
+#endif
 }
 
 // The rows layout, one block at a time: the block's K and V widened to fp32 once, then scores,

@@ -14,14 +14,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "amx.h"
 #include "kernels.h"
-
-#if defined(__AVX512BF16__)
-#include <cpuid.h>
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 namespace pa_onednn {
 
@@ -105,45 +99,19 @@ void all_blocks(const PairedBlocks& w, const uint16_t* x, int64_t ldx, void* out
   }
 }
 
-
 // ---- AMX tiles ---------------------------------------------------------------------------------
-
-// Linux hands out the tile data state only on request (arch_prctl, once per process).
-constexpr int kArchReqXcompPerm = 0x1023;
-constexpr int kXfeatureXtiledata = 18;
-
-bool amx_granted() {
-  static const bool granted = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool bf16 = (d >> 22) & 1, tile = (d >> 24) & 1;  // CPUID.(7,0):EDX AMX-BF16, AMX-TILE
-    return bf16 && tile && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return granted;
-}
-
-struct alignas(64) TileConfig {  // ldtilecfg's 64-byte operand, palette 1
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Tiles 0-3: C (m rows x 16 fp32 columns); 4: A (m rows x 32 bf16); 5-7: B (16 k-pairs).
-#define PA_AMX __attribute__((target("amx-tile,amx-bf16")))
 
 // Bytes ahead of the current 4 KB weight block that a prefetching call asks for: the next block
 // of the same column range (its 64 lines, to L1: the next step reads them whole).
 constexpr int64_t kAmxPrefetchBytes = 4096;
 
+// Tiles 0-3: C (m rows x 16 fp32 columns); 4: A (m rows x 32 bf16); 5-7: B (16 k-pairs).
 PA_AMX void amx_blocks(const PairedBlocks& w, int64_t first, int64_t last, const uint16_t* x,
                        int64_t m, int64_t ldx, void* out, int64_t out_dt, int64_t ldo,
                        bool prefetch) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = t < 5 ? static_cast<uint8_t>(m) : 16;
-  }
-  _tile_loadconfig(&cfg);
+  pa_amx::TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.set(t, t < 5 ? static_cast<int>(m) : 16, 64);
+  cfg.load();
   alignas(64) float acc[kAmxGemvMaxRows][64];
   const int64_t x_stride = ldx * 2;
   for (int64_t nb = first; nb < last; ++nb) {
@@ -200,14 +168,14 @@ void amx_gemv(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, 
 
 bool gemv_available() { return true; }
 
-const char* gemv_isa() { return amx_granted() ? "amx" : "avx512bf16"; }
+const char* gemv_isa() { return pa_amx::granted() ? "amx" : "avx512bf16"; }
 
-int64_t gemv_max_rows() { return amx_granted() ? kAmxGemvMaxRows : kGemvMaxRows; }
+int64_t gemv_max_rows() { return pa_amx::granted() ? kAmxGemvMaxRows : kGemvMaxRows; }
 
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
                int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
   const int64_t t = threads > 0 ? threads : omp_get_max_threads();
-  if (amx_granted()) {
+  if (pa_amx::granted()) {
     if (m < 1 || m > kAmxGemvMaxRows) throw std::invalid_argument("gemv_bf16: m must be 1..16");
     amx_gemv(w, x, m, ldx, out, out_dt, ldo, t, prefetch);
     return;
