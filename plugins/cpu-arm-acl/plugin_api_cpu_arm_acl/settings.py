@@ -47,7 +47,7 @@ def gemv_rows(amx: bool) -> int:
     return GEMV_MAX_M if amx else VDPBF16PS_GEMV_MAX_M
 
 
-def _gemv_rows(policy_rows: int, kernel_rows: int) -> tuple[str, str]:
+def _gemv_clause(policy_rows: int, kernel_rows: int) -> tuple[str, str]:
     """(the rows a policy's GEMV takes on a machine, in words; the kernel's name)."""
     kernel = "AMX tiles" if kernel_rows == GEMV_MAX_M else "vdpbf16ps"
     cap = f", at most {kernel_rows} here" if policy_rows > kernel_rows else ""
@@ -98,7 +98,7 @@ class LmHeadPolicy:
         )
         parts = [dst]
         if self.gemv_m:
-            rows, kernel = _gemv_rows(self.gemv_m, gemv_kernel_rows)
+            rows, kernel = _gemv_clause(self.gemv_m, gemv_kernel_rows)
             parts.append(
                 f"{rows} runs the bf16 GEMV ({kernel}) on oneDNN's packed weights (where "
                 "they are in its AVX-512 BF16 layout)"
@@ -166,7 +166,7 @@ class GemvPolicy:
     def describe(self, kernel_rows: int = GEMV_MAX_M) -> str:
         """In words; ``kernel_rows``: what the described machine's GEMV takes."""
         if self.linear_m:
-            rows, kernel = _gemv_rows(self.linear_m, kernel_rows)
+            rows, kernel = _gemv_clause(self.linear_m, kernel_rows)
             calls = f"linear calls of {rows} run the bf16 GEMV ({kernel})"
         else:
             calls = "linear calls never run the bf16 GEMV"

@@ -39,6 +39,12 @@ inline void pack_query_pairs(const c10::BFloat16* q, int heads, int R, int64_t D
     }
 }
 
+// KV head h's pairs in pack_query_pairs' buffer.
+inline const uint32_t* query_pairs_of(const std::vector<uint32_t>& qt, int64_t h, int R,
+                                      int64_t D) {
+  return qt.data() + h * (D / 32) * 16 * R;
+}
+
 // Tiles 0 (C: 16 keys x R fp32), 1 (A: 16 K rows x 32 bf16), 2 (B: 16 pairs x R).
 PA_AMX inline void configure_score_tiles(int R) {
   pa_amx::TileConfig cfg;

@@ -90,8 +90,8 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
         if constexpr (kTileable) {
           if (tiles) {
-            qk_tiles(Rh, qt.data() + h * (D / 32) * 16 * Rh, kh, D, j0, j1,
-                     w.s + off * Rp + h * Rh, Rp, next_k, st.ahead_l1);
+            qk_tiles(Rh, query_pairs_of(qt, h, Rh, D), kh, D, j0, j1, w.s + off * Rp + h * Rh,
+                     Rp, next_k, st.ahead_l1);
             continue;
           }
         }
