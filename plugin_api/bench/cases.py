@@ -98,6 +98,7 @@ LLAMA3_8B_LINEAR = (
     ("down_proj", 14336, 4096),
 )
 LINEAR_M = (1, 16, 256)
+PREFILL_M = 2048  # one prefill chunk (vLLM's CPU default budget per step is 2048-4096 tokens)
 
 
 def gemm_cases() -> tuple[GemmCase, ...]:
@@ -112,7 +113,8 @@ def gemm_cases() -> tuple[GemmCase, ...]:
         GemmCase(layer, m, n, k, w, BF16)
         for layer, k, n in LLAMA3_8B_LINEAR
         for w in (BF16, INT8)
-        for m in LINEAR_M
+        # the prefill chunk in bf16 only: int8 without a native int8 matmul takes minutes a call
+        for m in ((*LINEAR_M, PREFILL_M) if w == BF16 else LINEAR_M)
     ]
     return tuple(cases)
 

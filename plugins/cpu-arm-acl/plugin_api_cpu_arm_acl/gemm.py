@@ -14,6 +14,10 @@ Kernels, by weight dtype:
   and the bias are one torch epilogue (``addcmul``), because oneDNN's per-row binary post-op
   drops x86 matmuls to its reference kernel. Elsewhere ``panel_gemm`` serves int8 exactly.
 
+bf16 linear calls of ``LargeMPolicy.min_m`` rows or more (default 2048 on AMX) run torch's
+matmul on the weights unpacked per call, where torch's newer oneDNN beat oneDNN 3.2 (see
+``settings.LargeMPolicy``).
+
 Every primitive gets dense rows and only what ``MatmulForm`` says its fast kernels take; one
 that still lands on oneDNN's reference code is warned once (an error under
 ``PLUGIN_API_STRICT=1``): see ``matmul_form``.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 import threading
 import warnings
 from dataclasses import dataclass
@@ -45,7 +50,7 @@ from .build import extension
 from .isa import amx, bf16_matmul, int8_matmul_exact, isa_name
 from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
-from .settings import GemvPolicy, LmHeadPolicy, gemv_rows
+from .settings import GemvPolicy, LargeMPolicy, LmHeadPolicy, gemv_rows
 
 if TYPE_CHECKING:
     from .panel_gemm import PanelGemm
@@ -64,6 +69,14 @@ GEMV_KERNELS = {
 def gemv_kernel() -> str:
     """The bf16 GEMV kernel this process runs (what provenance records for a GEMV call)."""
     return GEMV_KERNELS.get(str(extension().ops.gemv_isa()), "no bf16 GEMV in this build")
+
+
+@functools.cache
+def torch_matmul_kernel() -> str:
+    """What provenance records for a ``LargeMPolicy`` call (torch's oneDNN, by version)."""
+    found = re.search(r"MKL-DNN v([0-9.]+)", torch.__config__.show())
+    library = f"oneDNN {found.group(1)}" if found else "its oneDNN"
+    return f"torch matmul ({library}) on the weights unpacked per call"
 
 
 @functools.cache
@@ -120,9 +133,11 @@ class OneDnnGemm:
         form: MatmulForm | None = None,
         strict: bool | None = None,
         gemv: GemvPolicy | None = None,
+        large_m: LargeMPolicy | None = None,
     ) -> None:
         self.policy = policy  # None: LmHeadPolicy.default_for the machine
         self.gemv = gemv  # None: GemvPolicy.default_for the machine and its CPU family
+        self.large_m = large_m  # None: LargeMPolicy.default_for the machine
         if threads is not None:
             checks.positive_int("OneDnnGemm", "threads", threads)
         self.threads = threads
@@ -185,6 +200,10 @@ class OneDnnGemm:
             return Decision.accept(
                 "oneDNN bf16 x bf16 -> f32 matmul: fp32 out is the kernel's dst", bias, policy
             )
+        if spec.usage == "linear":
+            origin = "PLUGIN_API_ONEDNN_LARGE_M" if self.large_m is not None else "default"
+            large = f"LargeMPolicy: {self.large_m_for(info).describe()} ({origin})"
+            return Decision.accept("oneDNN bf16 x bf16 matmul", bias, policy, large)
         return Decision.accept("oneDNN bf16 x bf16 matmul", bias, policy)
 
     def kernel_dst(self, spec: GemmSpec, m: int) -> torch.dtype:
@@ -207,6 +226,13 @@ class OneDnnGemm:
         cpu = cpu_family.parse(info.fact(cpu_family.FACT))
         return GemvPolicy.default_for(info.machine, cpu, amx(info))
 
+    def large_m_for(self, info: DeviceInfo) -> LargeMPolicy:
+        """The large-M policy given, else the measured default for the machine ``info``
+        describes (architecture, AMX)."""
+        if self.large_m is not None:
+            return self.large_m
+        return LargeMPolicy.default_for(info.machine, amx(info))
+
     def form_for(self, machine: str) -> MatmulForm:
         """The form given, else what oneDNN's fast kernels take on ``machine``."""
         return MatmulForm.for_machine(machine) if self.form is None else self.form
@@ -219,6 +245,9 @@ class OneDnnGemm:
 
     def _host_gemv(self) -> GemvPolicy:
         return self.gemv_for(cpu_family.host())
+
+    def _host_large_m(self) -> LargeMPolicy:
+        return self.large_m_for(cpu_family.host())
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -287,10 +316,14 @@ class OneDnnGemm:
         m = int(x.shape[0])
         if m == 0:
             return
-        if self._gemv(spec, payload, x, bias, out):
+        route = self._route(spec, payload, x, bias, out)
+        if route == "gemv":
             prefetch = bool(self._host_gemv().prefetch)
             extension().ops.gemv(payload.packed, x, out, self._threads(), prefetch)
             note_kernel(gemv_kernel())
+            return
+        if route == "torch":
+            self._run_torch(payload, x, bias, out)
             return
         pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
         if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
@@ -307,26 +340,51 @@ class OneDnnGemm:
         elif call.kernel_out is not out:
             out.copy_(call.kernel_out)  # the one downcast (round to nearest even), or restride
 
-    def _gemv(
+    def _route(
         self,
         spec: GemmSpec,
         payload: OneDnnWeight,
         x: torch.Tensor,
         bias: torch.Tensor | None,
         out: torch.Tensor,
-    ) -> bool:
-        """Whether this call runs the bf16 GEMV (``LmHeadPolicy.gemv_m`` for the LM head,
-        ``GemvPolicy.linear_m`` for linear layers, up to the rows this process's kernel takes)."""
+    ) -> str:
+        """Which kernel this call runs, on weights in the layout the GEMV reads: ``"gemv"``, the
+        bf16 GEMV (at most ``LmHeadPolicy.gemv_m`` rows for the LM head, ``GemvPolicy.linear_m``
+        for linear layers, up to what this process's kernel takes; no bias); ``"torch"``,
+        torch's matmul on the unpacked weights (``LargeMPolicy``: a linear call of at least
+        ``min_m`` rows, bf16 out, no bias or a bf16 one); else ``"onednn"``."""
+        m = x.shape[0]
+        if not payload.gemv or x.dtype != BF16:
+            return "onednn"
         rows = self._host_policy().gemv_m if spec.usage == "lm_head" else self._host_gemv().linear_m
-        return (
-            payload.gemv
-            and bias is None
-            and x.shape[0] <= min(rows, gemv_max_rows())
-            and x.dtype == BF16
-            and out.dtype in (F32, BF16)
-            and x.stride(1) == 1
-            and out.stride(1) == 1
-        )
+        dense = x.stride(1) == 1 and out.stride(1) == 1
+        if bias is None and m <= min(rows, gemv_max_rows()) and out.dtype in (F32, BF16) and dense:
+            return "gemv"
+        min_m = self._host_large_m().min_m
+        plain = bias is None or bias.dtype == BF16
+        if 0 < min_m <= m and spec.usage == "linear" and out.dtype == BF16 and plain:
+            return "torch"
+        return "onednn"
+
+    def _run_torch(
+        self, payload: OneDnnWeight, x: torch.Tensor, b: torch.Tensor | None, out: torch.Tensor
+    ) -> None:
+        """``LargeMPolicy``'s kernel: unpack into this thread's ``[N, K]`` buffer, torch's mm."""
+        threads = self._threads()
+        w = self._staging("unpacked", out.shape[1], x.shape[1], BF16)
+        extension().ops.unpack(payload.packed, w, threads)
+        before = torch.get_num_threads()
+        if before != threads:  # PLUGIN_API_ONEDNN_THREADS holds for torch's kernel too
+            torch.set_num_threads(threads)
+        try:
+            if b is None:
+                torch.mm(x, w.t(), out=out)
+            else:
+                torch.addmm(b, x, w.t(), out=out)  # the bias added in fp32, rounded once
+        finally:
+            if before != threads:
+                torch.set_num_threads(before)
+        note_kernel(torch_matmul_kernel())
 
     def scaled_mm(
         self,
@@ -427,6 +485,6 @@ def implementations() -> tuple[OneDnnGemm, PanelGemm]:
 
     s = settings.read()
     return (
-        OneDnnGemm(policy=s.lm_head, threads=s.threads, gemv=s.gemv),
+        OneDnnGemm(policy=s.lm_head, threads=s.threads, gemv=s.gemv, large_m=s.large_m),
         PanelGemm(policy=s.panel, threads=s.threads),
     )

@@ -7,6 +7,8 @@
   (default: ``LmHeadPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_GEMV``: the ``GemvPolicy`` of the bf16 GEMV, e.g. ``linear_m=0``,
   ``prefetch=1`` (default: ``GemvPolicy.default_for`` the machine and its CPU family).
+- ``PLUGIN_API_ONEDNN_LARGE_M``: the ``LargeMPolicy``, ``min_m=2048`` or ``off`` (default:
+  ``LargeMPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
 - ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX``: ``auto`` (default), ``on`` or ``off``: whether prefill
   tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
@@ -34,7 +36,8 @@ PANEL = "PLUGIN_API_ONEDNN_PANEL"
 GEMV = "PLUGIN_API_ONEDNN_GEMV"
 ATTENTION_MATRIX = "PLUGIN_API_ONEDNN_ATTENTION_MATRIX"
 ATTENTION_PREFETCH = "PLUGIN_API_ONEDNN_ATTENTION_PREFETCH"
-NAMES = (ROOT, THREADS, LM_HEAD, GEMV, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
+LARGE_M = "PLUGIN_API_ONEDNN_LARGE_M"
+NAMES = (ROOT, THREADS, LM_HEAD, GEMV, LARGE_M, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
 MATRIX_MODES = ("auto", "on", "off")
 PREFETCH_MODES = ("auto", "l1", "l2")
 GEMV_MAX_M = 16  # rows the AMX GEMV takes (gemv.cpp's kAmxGemvMaxRows)
@@ -189,6 +192,46 @@ class GemvPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class LargeMPolicy:
+    """Linear calls with many rows (prefill) where torch's own oneDNN is the faster library.
+
+    - ``min_m``: bf16 linear calls (bf16 ``x`` and out, no bias or a bf16 one) of at least this
+      many rows run torch's matmul (``torch.mm``/``addmm``, the oneDNN torch bundles) on the
+      weights unpacked from oneDNN's layout into a per-thread buffer (``csrc/gemv.cpp``'s
+      ``unpack_bf16``: four 16 x 16 word transposes per 4 KB block, streaming stores); 0: never.
+      Both libraries accumulate in fp32 and round once.
+
+    ``default_for``: 2048 on x86 with AMX, where oneDNN 3.2's AMX kernels ran the 0.49B model's
+    linear layers 1.05-1.65x slower than unpack + torch's oneDNN 3.12 at M = 2048-4096 and the
+    two crossed between M = 1024 and 2048 (2026-12-06-xeon-amx.md); elsewhere 0 (not measured).
+    The buffer holds the largest weight of each K a thread ran this way.
+    """
+
+    min_m: int = 0
+
+    def __post_init__(self) -> None:
+        _check_ints(self, lowest={"min_m": 0})
+
+    def describe(self) -> str:
+        if not self.min_m:
+            return "bf16 linear calls never run torch's matmul"
+        return (
+            f"bf16 linear calls of M >= {self.min_m} run torch's matmul (its own oneDNN) on "
+            "the weights unpacked per call"
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> LargeMPolicy:
+        """``"min_m=2048"``, or ``"off"`` (``min_m=0``)."""
+        return cls() if text.strip() == "off" else _parse(cls, LARGE_M, text)
+
+    @classmethod
+    def default_for(cls, machine: str, amx: bool) -> LargeMPolicy:
+        """The measured default for an architecture and AMX (see the class)."""
+        return cls(min_m=2048) if machine in X86 and amx else cls()
+
+
+@dataclass(frozen=True, slots=True)
 class PanelPolicy:
     """How the panel GEMMs run (bf16 where oneDNN has no bf16 kernel, fp16, exact int8 where its
     s8 kernel saturates): which ISA's kernels, and how the loops block.
@@ -268,6 +311,7 @@ class PluginSettings:
     attention_matrix: str = "auto"  # one of MATRIX_MODES
     attention_prefetch: str = "auto"  # one of PREFETCH_MODES
     gemv: GemvPolicy | None = None  # None: GemvPolicy.default_for the machine
+    large_m: LargeMPolicy | None = None  # None: LargeMPolicy.default_for the machine
 
 
 def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
@@ -286,7 +330,8 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
     matrix = _mode(env, ATTENTION_MATRIX, MATRIX_MODES)
     prefetch = _mode(env, ATTENTION_PREFETCH, PREFETCH_MODES)
     gemv = GemvPolicy.parse(env[GEMV]) if GEMV in env else None
-    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix, prefetch, gemv)
+    large_m = LargeMPolicy.parse(env[LARGE_M]) if LARGE_M in env else None
+    return PluginSettings(env.get(ROOT), threads, policy, panel, matrix, prefetch, gemv, large_m)
 
 
 def _mode(env: Mapping[str, str], name: str, modes: tuple[str, ...]) -> str:

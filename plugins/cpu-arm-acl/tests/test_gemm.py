@@ -23,12 +23,25 @@ from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
 from plugin_api_cpu_arm_acl.build import extension
-from plugin_api_cpu_arm_acl.gemm import CODES, GEMV_KERNELS, OneDnnGemm, gemv_kernel, gemv_max_rows
+from plugin_api_cpu_arm_acl.gemm import (
+    CODES,
+    GEMV_KERNELS,
+    OneDnnGemm,
+    gemv_kernel,
+    gemv_max_rows,
+    torch_matmul_kernel,
+)
 from plugin_api_cpu_arm_acl.isa import int8_matmul_exact, int8_panel_exact
 from plugin_api_cpu_arm_acl.kernel_probe import onednn_bf16, onednn_serves
 from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
-from plugin_api_cpu_arm_acl.settings import GEMV_MAX_M, GemvPolicy, LmHeadPolicy, PanelPolicy
+from plugin_api_cpu_arm_acl.settings import (
+    GEMV_MAX_M,
+    GemvPolicy,
+    LargeMPolicy,
+    LmHeadPolicy,
+    PanelPolicy,
+)
 
 BF16, F16, F32, S8 = torch.bfloat16, torch.float16, torch.float32, torch.int8
 AVX2 = dataclasses.replace(MACHINES["xeon-cpu"], cpu_flags=frozenset({"avx2", "fma", "f16c"}))
@@ -286,6 +299,82 @@ def test_linear_few_rows_run_the_gemv_per_gemv_policy(onednn_backend, prefetch):
         exact = x.double() @ w.double().t() + (0 if b is None else b.double())
         torch.testing.assert_close(out.double(), exact, atol=2e-2, rtol=1.6e-2)
         assert (kernels == [gemv_kernel()]) is (m <= 3 and bias is None), (m, bias, kernels)
+
+
+@pytest.mark.parametrize("n", [200, 320])
+def test_unpack_gives_back_the_weights_bit_for_bit(onednn_backend, n):
+    """unpack is pack's inverse on the GEMV's layout (N a multiple of 64 and not, K of several
+    32-k blocks), on 1 and 3 threads; a wrong out is refused before any kernel runs."""
+    impl = OneDnnGemm(threads=2)
+    spec = GemmSpec(n, 1024, BF16, BF16, "linear")
+    served = impl.supports(spec, onednn_backend.info)
+    if not served:
+        pytest.skip(f"cpu-arm-acl does not serve a bf16 linear layer here: {served.because()}")
+    w = _rand(n, 1024, seed=5, scale=0.05)
+    packed = impl.prepare(spec, w, None)
+    if not packed.gemv:
+        pytest.skip(f"oneDNN packed {packed.layout!r} here, or this build lacks AVX-512 BF16")
+    for threads in (1, 3):
+        out = torch.full_like(w, float("nan"))
+        extension().ops.unpack(packed.packed, out, threads)
+        assert torch.equal(out, w), threads
+    with pytest.raises(RuntimeError, match="unpack out must be bf16"):
+        extension().ops.unpack(packed.packed, torch.empty(n, 1024), 1)
+
+
+def test_linear_many_rows_run_torch_matmul_per_large_m_policy(onednn_backend):
+    """LargeMPolicy.min_m routes bf16 linear calls of that many rows (no bias or a bf16 one,
+    strided x and out too) to torch's matmul on the unpacked weights, as the fp64 oracle rounded
+    once; fewer rows, an fp32 bias or fp32 out run oneDNN."""
+    from plugin_api.contract.provenance import record_kernels
+
+    impl = OneDnnGemm(threads=2, large_m=LargeMPolicy(min_m=24))
+    w = _rand(200, 256, seed=3, scale=0.05)
+    spec = GemmSpec(200, 256, BF16, BF16, "linear")
+    served = impl.supports(spec, onednn_backend.info)
+    if not served:
+        pytest.skip(f"cpu-arm-acl does not serve a bf16 linear layer here: {served.because()}")
+    packed = impl.prepare(spec, w, None)
+    if not packed.gemv:
+        pytest.skip(f"oneDNN packed {packed.layout!r} here, or this build lacks AVX-512 BF16")
+    cases = [(23, None, False), (24, None, False), (40, BF16, False), (40, F32, False)]
+    cases += [(30, None, True)]
+    for m, bias_dt, strided in cases:
+        x = _rand(m, 256 + 64, seed=10 + m)[:, :256] if strided else _rand(m, 256, seed=10 + m)
+        b = None if bias_dt is None else _rand(1, 200, seed=m)[0].to(bias_dt)
+        wide = torch.full((m, 232), float("nan"), dtype=BF16)
+        out = wide[:, :200] if strided else torch.full((m, 200), float("nan"), dtype=BF16)
+        with record_kernels() as kernels:
+            impl.mm(spec, x, packed, b, out)
+        exact = x.double() @ w.double().t() + (0 if b is None else b.double())
+        torch.testing.assert_close(out.double(), exact, atol=2e-2, rtol=1.6e-2)
+        torch_mm = m >= 24 and bias_dt in (None, BF16)
+        assert (kernels == [torch_matmul_kernel()]) is torch_mm, (m, bias_dt, kernels)
+        if strided:
+            assert wide[:, 200:].isnan().all()  # nothing written past the view
+
+
+def test_large_m_policy_defaults_parse_and_decision():
+    assert LargeMPolicy.default_for("x86_64", amx=True) == LargeMPolicy(min_m=2048)
+    assert LargeMPolicy.default_for("x86_64", amx=False) == LargeMPolicy()
+    assert LargeMPolicy.default_for("aarch64", amx=True) == LargeMPolicy()
+    assert LargeMPolicy.parse("min_m=512") == LargeMPolicy(512)
+    assert LargeMPolicy.parse("off") == LargeMPolicy(0)
+    assert "never" in LargeMPolicy().describe()
+    for bad in ("min_m=-1", "rows=4", "on"):
+        with pytest.raises(SettingError, match="PLUGIN_API_ONEDNN_LARGE_M"):
+            LargeMPolicy.parse(bad)
+    # the report states the policy of the machine it describes, for linear layers only
+    impl = OneDnnGemm(threads=2)
+    why = impl.supports(GemmSpec(4096, 4096, BF16, BF16, "linear"), AMX).because()
+    assert "M >= 2048 run torch's matmul" in why and "(default)" in why, why
+    why = impl.supports(GemmSpec(4096, 4096, BF16, BF16, "linear"), ZEN4).because()
+    assert "never run torch's matmul" in why, why
+    why = impl.supports(GemmSpec(4096, 4096, BF16, BF16, "lm_head"), AMX).because()
+    assert "torch's matmul" not in why, why
+    given = OneDnnGemm(threads=2, large_m=LargeMPolicy(64))
+    why = given.supports(GemmSpec(4096, 4096, BF16, BF16, "linear"), ZEN4).because()
+    assert "M >= 64 run torch's matmul" in why and "PLUGIN_API_ONEDNN_LARGE_M" in why, why
 
 
 def test_gemv_policy_defaults_and_parse():

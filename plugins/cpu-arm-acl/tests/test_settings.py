@@ -14,7 +14,7 @@ from plugin_api.ops.gemm import GemmSpec
 from plugin_api.settings import check_names
 from plugin_api_cpu_arm_acl import hooks, settings
 from plugin_api_cpu_arm_acl.descriptor import DESCRIPTOR
-from plugin_api_cpu_arm_acl.settings import LmHeadPolicy, PanelPolicy
+from plugin_api_cpu_arm_acl.settings import LargeMPolicy, LmHeadPolicy, PanelPolicy
 
 LM_HEAD = GemmSpec(128256, 4096, torch.bfloat16, torch.float32, "lm_head")
 
@@ -84,9 +84,12 @@ def test_read_values():
         settings.THREADS: "3",
         settings.LM_HEAD: "min_n=32000, min_m=1",
         settings.PANEL: "isa=generic, kc=512,mc=64",
+        settings.LARGE_M: "min_m=1024",
     }
     s = settings.read(env)
     assert s.root == "/opt/onednn-acl" and s.threads == 3
+    assert s.large_m == LargeMPolicy(min_m=1024)
+    assert settings.read({settings.LARGE_M: " off "}).large_m == LargeMPolicy(min_m=0)
     assert s.lm_head == LmHeadPolicy(min_n=32000, min_m=1)
     assert s.panel == PanelPolicy(isa="generic", kc=512, mc=64)
     assert settings.read({settings.LM_HEAD: "min_m=2"}).lm_head == LmHeadPolicy(64000, 2)
@@ -115,6 +118,8 @@ def test_read_values():
         (settings.PANEL, "kc=0", "PanelPolicy.kc=0 must be an int >= 1"),
         (settings.PANEL, "mc=8x", "mc must be an integer"),
         (settings.PANEL, "threads=2", "got 'threads=2'"),
+        (settings.LARGE_M, "min_m=big", "min_m must be an integer"),
+        (settings.LARGE_M, "1024", "expected comma-separated key=value"),
     ],
 )
 def test_bad_values_are_errors(name, value, match):

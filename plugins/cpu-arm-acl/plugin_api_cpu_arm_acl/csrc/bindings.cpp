@@ -115,6 +115,20 @@ c10::intrusive_ptr<Primitive> matmul(std::vector<int64_t> conf,
 }
 
 // Whether gemv can run on w (its layout is oneDNN's paired one, and this build has the kernel).
+void unpack(const c10::intrusive_ptr<PackedWeights>& w, const Tensor& out, int64_t threads) {
+  check_cpu(out, "out");
+  const PairedBlocks pb = paired_blocks(*w->p);
+  TORCH_CHECK(gemv_available() && pb.base != nullptr,
+              "pa_cpu_onednn: unpack needs AVX-512 BF16 and oneDNN's paired bf16 layout");
+  TORCH_CHECK(out.scalar_type() == at::kBFloat16 && out.dim() == 2 && out.size(0) == pb.n &&
+                  out.size(1) == pb.k && out.is_contiguous(),
+              "pa_cpu_onednn: unpack out must be bf16 [N, K] contiguous");
+  rethrow([&] {
+    unpack_bf16(pb, static_cast<uint16_t*>(out.data_ptr()), threads);
+    return 0;
+  });
+}
+
 bool gemv_layout(const c10::intrusive_ptr<PackedWeights>& w) {
   return gemv_available() && paired_blocks(*w->p).base != nullptr;
 }
@@ -260,6 +274,7 @@ TORCH_LIBRARY(pa_cpu_onednn, m) {
   m.def("pack", &pack);
   m.def("matmul", &matmul);
   m.def("group_quant", &quant);
+  m.def("unpack", &unpack);
   m.def("gemv_layout", &gemv_layout);
   m.def("gemv", &gemv);
   m.def("gemv_isa", [] { return std::string(gemv_isa()); });

@@ -8,6 +8,8 @@
 //   M rows one A tile, four fp32 C tiles for the whole K. One tile multiply per 1 KB of weights
 //   keeps the read, not the arithmetic, the bound up to 16 rows.
 // Threads split the column blocks, so each weight byte is read from memory once.
+// unpack_bf16 turns the same packed weights back into [N, K] rows (LargeMPolicy: torch's matmul
+// takes plain rows only).
 #include <omp.h>
 
 #include <algorithm>
@@ -164,6 +166,53 @@ void amx_gemv(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, 
   }
 }
 
+// ---- unpack ------------------------------------------------------------------------------------
+
+// 16 x 16 32-bit words, r[i] row i, transposed in place: 32-bit then 64-bit interleaves within
+// 128-bit lanes, then two rounds of lane shuffles.
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  __m512i u[16];  // u[4g + j], 128-bit lane L: rows 4g..4g+3 at column 4L + j
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);       // column j
+    r[4 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);   // column 4 + j
+    r[8 + j] = _mm512_shuffle_i32x4(v0, v2, 0xDD);   // column 8 + j
+    r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xDD);  // column 12 + j
+  }
+}
+
+// Column block nb back into rows: each 4 KB block is 16 k-pairs x 64 columns of 32-bit words,
+// so row n's 32 k values of the block are column n of it; four 16 x 16 transposes per block.
+void unpack_block(const PairedBlocks& w, int64_t nb, uint16_t* out) {
+  const uint16_t* col = w.base + nb * w.stride_n;
+  for (int64_t kb = 0; kb < w.k / 32; ++kb) {
+    const uint16_t* blk = col + kb * w.stride_k;
+    for (int q = 0; q < 4; ++q) {
+      const int64_t n0 = nb * 64 + 16 * q;
+      if (n0 >= w.n) break;
+      __m512i r[16];
+      for (int p = 0; p < 16; ++p) r[p] = _mm512_loadu_si512(blk + p * 128 + q * 32);
+      transpose16(r);
+      const int64_t rows = std::min<int64_t>(16, w.n - n0);
+      for (int c = 0; c < rows; ++c) _mm512_stream_si512(reinterpret_cast<__m512i*>(out + (n0 + c) * w.k + kb * 32), r[c]);
+    }
+  }
+}
+
 }  // namespace
 
 bool gemv_available() { return true; }
@@ -171,6 +220,14 @@ bool gemv_available() { return true; }
 const char* gemv_isa() { return pa_amx::granted() ? "amx" : "avx512bf16"; }
 
 int64_t gemv_max_rows() { return pa_amx::granted() ? kAmxGemvMaxRows : kGemvMaxRows; }
+
+void unpack_bf16(const PairedBlocks& w, uint16_t* out, int64_t threads) {
+  const int64_t blocks = (w.n + 63) / 64;
+  const int64_t t = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for num_threads(t) schedule(static)
+  for (int64_t nb = 0; nb < blocks; ++nb) unpack_block(w, nb, out);
+  _mm_sfence();
+}
 
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
                int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
@@ -204,6 +261,10 @@ int64_t gemv_max_rows() { return 0; }
 void gemv_bf16(const PairedBlocks&, const uint16_t*, int64_t, int64_t, void*, int64_t, int64_t,
                int64_t, bool) {
   throw std::runtime_error("gemv_bf16: this build has no AVX-512 BF16");
+}
+
+void unpack_bf16(const PairedBlocks&, uint16_t*, int64_t) {
+  throw std::runtime_error("unpack_bf16: this build has no AVX-512 BF16");
 }
 
 #endif

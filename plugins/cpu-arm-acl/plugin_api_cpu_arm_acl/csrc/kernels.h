@@ -103,6 +103,9 @@ int64_t gemv_max_rows();
 // software prefetch ahead of each step (GemvPolicy.prefetch).
 void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
                int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch);
+// w's weights back into out ([n, k] row-major bf16): the layout the GEMV reads, unpacked for a
+// library that takes plain rows (LargeMPolicy).
+void unpack_bf16(const PairedBlocks& w, uint16_t* out, int64_t threads);
 
 int64_t panel_count(int64_t n);                // panels of 16 columns
 int64_t panel_steps(int64_t w_dt, int64_t k);  // k steps per panel (int8: k-pairs)
