@@ -182,13 +182,16 @@ inline Vec soft_cap(const Vec& z, float cap) {
 // Dot layout: row r sees local tokens [a[r], b[r]) of the block; P must be finite on [j0, j1)
 // (the range P.V walks). Updates m, l; alpha[r] rescales the row's accumulator.
 // zscale multiplies every score first (the softmax scale when the scores were not taken from a
-// scaled query; 1 otherwise).
+// scaled query; 1 otherwise). pb (the matrix layout's P.V operand): each row's P also rounded to
+// bf16 into pb [R][lds] while it is in L1 (a pass over all rows afterwards read them from L2).
 inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int* a, const int* b,
-                        float zscale, float cap, float* m, float* l, float* alpha) {
+                        float zscale, float cap, float* m, float* l, float* alpha,
+                        c10::BFloat16* pb = nullptr) {
   for (int r = 0; r < R; ++r) {
     float* z = s + r * lds;
     if (a[r] >= b[r]) {
       std::fill(z + j0, z + j1, 0.f);
+      if (pb) std::fill(pb + r * lds + j0, pb + r * lds + j1, c10::BFloat16(0.f));
       alpha[r] = 1.f;
       continue;
     }
@@ -209,18 +212,19 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
       mx = at::vec::maximum(mx, x);
     }
     // a visible NaN score keeps m NaN (std::max would drop it), so that finish_row makes the
-    // row NaN as IEEE's exp(z - m) would (exp_u20 maps NaN to a finite value)
+    // row NaN as IEEE's exp(z - m) would (exp_softmax maps NaN to 0)
     const float mz = reduce_max(mx);
     const float m_new = std::isnan(mz) ? mz : std::max(m[r], mz);
     const Vec mv(m_new);
     Vec sum(0.f);
     for (int j = ja; j < jb; j += kV) {
-      const Vec p = (Vec::loadu(z + j) - mv).exp_u20();
+      const Vec p = exp_softmax(Vec::loadu(z + j) - mv);
       p.store(z + j);
       sum = sum + p;
     }
     std::fill(z + j0, z + std::max(j0, std::min(ja, j1)), 0.f);
     std::fill(z + std::min(j1, std::max(jb, j0)), z + j1, 0.f);
+    if (pb) at::vec::convert(z + j0, pb + r * lds + j0, j1 - j0);
     alpha[r] = std::exp(m[r] - m_new);  // m[r] = -inf gives 0: the accumulator is still zero
     l[r] = l[r] * alpha[r] + reduce_add(sum);
     m[r] = m_new;
@@ -252,10 +256,10 @@ inline void softmax_rows(float* st, int64_t Rp, int j0, int j1, float kb, const 
     const Vec m_new = at::vec::maximum(m_old, mx);
     // rows that have seen no key yet keep m = -inf; subtract 0 there so nothing becomes NaN
     const Vec m_use = Vec::blendv(m_new, Vec(0.f), m_new == neg_inf);
-    const Vec a = (m_old - m_use).exp_u20();
+    const Vec a = exp_softmax(m_old - m_use);
     Vec sum(0.f);
     for (int j = j0; j < j1; ++j) {
-      const Vec p = (Vec::loadu(st + j * Rp + r) - m_use).exp_u20();
+      const Vec p = exp_softmax(Vec::loadu(st + j * Rp + r) - m_use);
       p.store(st + j * Rp + r);
       sum = sum + p;
     }

@@ -114,9 +114,8 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
     }
     run_ranges(w, R, kc, cj0, cj1);
     softmax_dot(w.s, lds, R, 0, static_cast<int>(n), w.a.data(), w.b.data(), st.scale,
-                st.mk.soft_cap, w.m, w.l, w.alpha);
+                st.mk.soft_cap, w.m, w.l, w.alpha, w.pb);
     for (int r = 0; r < R; ++r) {
-      at::vec::convert(w.s + r * lds, w.pb + r * lds, n);
       if (w.alpha[r] != 1.f) {
         float* a = w.acc + r * D;
         for (int64_t d = 0; d < D; d += kV) (Vec::loadu(a + d) * Vec(w.alpha[r])).store(a + d);

@@ -23,6 +23,30 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 extern float g_fp8_table[256];
 void init_fp8_table();
 
+// e^x for the softmax's p = e^(z - m) (x <= 0, -inf for masked keys, which gives 0). AVX-512:
+// x log2(e) = n + f with n an integer and |f| <= 1/2, 2^f by Cephes' exp2f polynomial (relative
+// error below 2e-7), 2^n by vscalefps: 10 operations where exp_u20 takes about 20, and the
+// softmax was the bound of the matrix layout. A NaN x gives 0, as exp_u20 gives a finite value:
+// the callers carry a NaN score in m instead. Elsewhere exp_u20.
+inline Vec exp_softmax(const Vec& x) {
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512 t = _mm512_max_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                 _mm512_set1_ps(-151.f));  // e^x < 2^-150 rounds to 0
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return Vec(_mm512_scalef_ps(p, n));
+#else
+  return x.exp_u20();
+#endif
+}
+
 // kV consecutive elements at p, converted to fp32. fp8 yields the stored value (unscaled).
 inline Vec load_f32(const float* p) { return Vec::loadu(p); }
 
