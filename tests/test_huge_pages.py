@@ -1,4 +1,5 @@
-"""The KV cache asks for transparent huge pages before its first write (ops/huge_pages.py)."""
+"""The KV cache and large GEMM outputs ask for transparent huge pages before their first write
+(ops/huge_pages.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import plugin_api as pa
+from plugin_api.backend import backend_for
 from plugin_api.ops.attention import AttentionSpec, allocate_kv_cache
+from plugin_api.ops.gemm import HUGE_OUT_BYTES
 from plugin_api.ops.huge_pages import (
     HUGE_PAGE,
     MADV_HUGEPAGE,
@@ -51,6 +55,26 @@ def test_a_large_cache_carries_the_advice_and_starts_zeroed():
     assert any(lo <= inner and inner + HUGE_PAGE <= hi for lo, hi in advised_ranges())
     assert inner + HUGE_PAGE <= end
     assert not cache.data.any()
+
+
+@linux
+def test_a_large_gemm_output_carries_the_advice_and_a_small_one_does_not():
+    """mm's own output of at least HUGE_OUT_BYTES is advised before the kernel writes it (the
+    allocator maps such a buffer afresh each call: 4 KB page faults otherwise); the result is the
+    same either way."""
+    ref = backend_for("reference")
+    w = torch.randn(1024, 64) * 0.1
+    packed = pa.prepare(w, backend=ref)
+    for m, advised in ((HUGE_OUT_BYTES // (1024 * 4) + 512, True), (64, False)):
+        x = torch.randn(m, 64)
+        out = pa.mm(x, packed)
+        torch.testing.assert_close(out, x @ w.t(), atol=1e-4, rtol=1e-5)
+        start = out.data_ptr()
+        inner = -(-start // HUGE_PAGE) * HUGE_PAGE
+        inside = [
+            (lo, hi) for lo, hi in advised_ranges() if lo <= inner and inner + HUGE_PAGE <= hi
+        ]
+        assert bool(inside) is advised, (m, out.nbytes)
 
 
 @pytest.mark.parametrize(

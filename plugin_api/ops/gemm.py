@@ -21,6 +21,7 @@ from ..contract import OpFamily
 from ..contract.decision import Decision, ImplPath
 from ..contract.provenance import Provenance, note
 from . import checks
+from .huge_pages import advise_huge_pages
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -316,6 +317,19 @@ def _check_x(op: str, name: str, x: object, dtype: torch.dtype, packed: PackedWe
     return int(t.shape[0])
 
 
+# A fresh CPU output this large is mapped by the allocator on each call, and every 4 KB page then
+# faults on its first write: +27% on a 46 MB bf16 output at M = 2048 (one thread), +2.5% as 2 MB
+# pages (docs/measurements/cpu-arm-acl/2026-12-06-xeon-amx.md).
+HUGE_OUT_BYTES = 4 << 20
+
+
+def _new_out(m: int, spec: GemmSpec, device: torch.device) -> torch.Tensor:
+    out = torch.empty((m, spec.n), dtype=spec.out_dtype, device=device)
+    if out.device.type == "cpu" and out.numel() * out.element_size() >= HUGE_OUT_BYTES:
+        advise_huge_pages(out)  # before the kernel's first write; only a hint
+    return out
+
+
 def mm(
     x: torch.Tensor,
     packed: PackedWeight,
@@ -330,7 +344,7 @@ def mm(
     if bias is not None:
         _check_bias(op, bias, spec, packed.device)
     if out is None:
-        out = torch.empty((m, spec.n), dtype=spec.out_dtype, device=packed.device)
+        out = _new_out(m, spec, packed.device)
     else:
         _check_out(op, out, m, spec, packed.device)
         checks.no_overlap(op, (("out", out),), (("x", x), ("bias", bias)))
@@ -360,7 +374,7 @@ def scaled_mm(
     if bias is not None:
         _check_bias(op, bias, spec, packed.device)
     if out is None:
-        out = torch.empty((m, spec.n), dtype=spec.out_dtype, device=packed.device)
+        out = _new_out(m, spec, packed.device)
     else:
         _check_out(op, out, m, spec, packed.device)
         checks.no_overlap(op, (("out", out),), (("x_q", x_q), ("x_scale", s), ("bias", bias)))
