@@ -325,8 +325,8 @@ HUGE_OUT_BYTES = 4 << 20
 
 def _new_out(m: int, spec: GemmSpec, device: torch.device) -> torch.Tensor:
     out = torch.empty((m, spec.n), dtype=spec.out_dtype, device=device)
-    if out.device.type == "cpu" and out.numel() * out.element_size() >= HUGE_OUT_BYTES:
-        advise_huge_pages(out)  # before the kernel's first write; only a hint
+    if out.nbytes >= HUGE_OUT_BYTES:
+        advise_huge_pages(out)  # before the kernel's first write; a hint, CPU tensors only
     return out
 
 

@@ -201,9 +201,10 @@ class LargeMPolicy:
       ``unpack_bf16``: four 16 x 16 word transposes per 4 KB block, streaming stores); 0: never.
       Both libraries accumulate in fp32 and round once.
 
-    ``default_for``: 2048 on x86 with AMX, where oneDNN 3.2's AMX kernels ran the 0.49B model's
-    linear layers 1.05-1.65x slower than unpack + torch's oneDNN 3.12 at M = 2048-4096 and the
-    two crossed between M = 1024 and 2048 (2026-12-06-xeon-amx.md); elsewhere 0 (not measured).
+    ``default_for``: 2048 on x86 with AMX, where unpack + torch's oneDNN 3.12 ran the 0.49B
+    model's four linear layers 1.21-1.27x faster than oneDNN 3.2 at M = 2048-4096 on one thread
+    (1.11-1.14x on two) and the two crossed between M = 1024 and 2048 (2026-12-06-xeon-amx.md);
+    elsewhere 0 (not measured).
     The buffer holds the largest weight of each K a thread ran this way.
     """
 
