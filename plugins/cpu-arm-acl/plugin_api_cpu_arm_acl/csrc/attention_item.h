@@ -60,7 +60,7 @@ struct Scratch {
   c10::BFloat16* pb;  // the probabilities as bf16: dot layout with kDotBf16, paired words
                       // [run keys / 2][Rp] (pair_probs); matrix layout [R][run keys]
   std::vector<int> a, b;
-  std::vector<c10::BFloat16> panels;  // matrix layout: B panels before and after packing
+  std::vector<c10::BFloat16> panels;  // matrix layout: the B panel of a brgemm
 
   void reserve(int64_t Rp, int64_t D, int64_t bs) {
     const int64_t align = 16;  // floats: 64 bytes
@@ -155,11 +155,9 @@ inline void pv_visible(int R, const int* a, const int* b, int j0, int j1, All&& 
   }
 }
 
-// The dot layout over runs of whole blocks (run_blocks): the scores of every block and KV head
-
 // The matrix layout (attention_matrix.cpp): the rows of a many-row item (bf16 query as given in
-// w.q [R][D], bf16 cache) over blocks [first, last]; leaves m, l, acc in w. vnni: B panels packed
-// for oneDNN's AMX kernels.
+// w.q [R][D], bf16 cache) over blocks [first, last]; leaves m, l, acc in w. vnni: B panels in the
+// VNNI layout of oneDNN's AMX kernels.
 void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BFloat16>& kv,
                    Scratch& w, int R, int64_t first, int64_t last, bool vnni);
 // After a thread's last AMX brgemm: AMX tiles stay configured until released.

@@ -231,6 +231,147 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
   }
 }
 
+#if defined(CPU_CAPABILITY_AVX512)
+// Lane i of the result: op over the lanes of v[i], for 16 vectors. One transposing tree (46
+// operations) instead of 16 separate reductions (128).
+template <typename Op>
+inline __m512 reduce_16(const __m512* v, Op op) {
+  __m512 h[8], q[4], s[2];
+  for (int i = 0; i < 8; ++i)  // [v(2i) folded to 8 lanes | v(2i + 1) folded]
+    h[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  for (int i = 0; i < 4; ++i)  // 128-bit lane L: v(4i + L) folded to 4 lanes
+    q[i] = op(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0x88),
+              _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; ++i)  // lane L: x = v(8i + L), y = v(8i + 4 + L) to 2 lanes: [x y x y]
+    s[i] = op(_mm512_unpacklo_ps(q[2 * i], q[2 * i + 1]),
+              _mm512_unpackhi_ps(q[2 * i], q[2 * i + 1]));
+  const __m512 lo = _mm512_castpd_ps(
+      _mm512_unpacklo_pd(_mm512_castps_pd(s[0]), _mm512_castps_pd(s[1])));
+  const __m512 hi = _mm512_castpd_ps(
+      _mm512_unpackhi_pd(_mm512_castps_pd(s[0]), _mm512_castps_pd(s[1])));
+  // element 4L + k now holds v(4k + L)
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), op(lo, hi));
+}
+#endif
+
+// Matrix layout: softmax_dot over keys [0, n) (a multiple of kV) with P written only as bf16,
+// into pb [R][lds] (P.V's operand); the fp32 scores in s are left as they were. With AVX-512 BF16
+// and no soft cap: the max over the raw scores (no store), then p = 2^(z c - m log2(e)) with
+// c = zscale log2(e) in one FMA, rounded to bf16 in registers: half the operations and none of
+// the fp32 P traffic of softmax_dot; 16 rows at a time, so that their reductions and the m, l,
+// alpha updates are vector operations. A NaN score stays NaN through the exp and the sum, and
+// then makes m NaN as softmax_dot's max does. Elsewhere softmax_dot.
+inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, const int* b,
+                         float zscale, float cap, float* m, float* l, float* alpha,
+                         c10::BFloat16* pb) {
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  if (cap == 0.f && zscale > 0.f) {
+    constexpr float kLog2e = 1.44269504088896341f;
+    const __m512 neg_inf = _mm512_set1_ps(kNegInf), c = _mm512_set1_ps(zscale * kLog2e);
+    const __m512 lo = _mm512_set1_ps(-151.f);  // 2^t < 2^-150 rounds to 0
+    // p for the 16 keys from z: 2^(z c + mc), NaN t kept (vmaxps returns its second operand then)
+    auto p16 = [&](const float* z, __m512 mc) {
+      return exp2_bf16_avx512(_mm512_max_ps(lo, _mm512_fmadd_ps(_mm512_loadu_ps(z), c, mc)));
+    };
+    auto lanes = [](int j, int ra, int rb) {  // of the 16 keys from j, those in [ra, rb)
+      const int lo_k = std::max(ra - j, 0), hi_k = std::min(rb - j, kV);
+      return static_cast<__mmask16>(((1u << hi_k) - 1) & ~((1u << lo_k) - 1));
+    };
+    auto store16 = [](c10::BFloat16* p, __m512 e) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+    };
+    for (int r0 = 0; r0 < R; r0 += kV) {
+      const int nr = std::min(kV, R - r0);
+      const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
+      __m512 part[kV];  // per row: lane-wise max, then lane-wise sum
+      for (int i = 0; i < kV; ++i) {
+        part[i] = neg_inf;
+        const int r = r0 + i, ra = i < nr ? a[r] : 0, rb = i < nr ? b[r] : 0;
+        if (ra >= rb) continue;
+        const float* z = s + r * lds;
+        const int ja = ra / kV * kV, jb = (rb + kV - 1) / kV * kV;
+        const int fa = (ra + kV - 1) / kV * kV, fb = rb / kV * kV;  // whole vectors [fa, fb)
+        __m512 mx0 = neg_inf, mx1 = neg_inf;
+        if (ja < fa) mx1 = _mm512_mask_loadu_ps(neg_inf, lanes(ja, ra, rb), z + ja);
+        int j = fa;
+        for (; j + 2 * kV <= fb; j += 2 * kV) {
+          mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(z + j));
+          mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(z + j + kV));
+        }
+        if (j < fb) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(z + j));
+        if (fb < jb && fb >= fa)
+          mx1 = _mm512_max_ps(mx1, _mm512_mask_loadu_ps(neg_inf, lanes(fb, ra, rb), z + fb));
+        part[i] = _mm512_max_ps(mx0, mx1);
+      }
+      const __m512 m_old = _mm512_mask_loadu_ps(neg_inf, rows, m + r0);
+      const __m512 mz = _mm512_mul_ps(reduce_16(part, [](__m512 x, __m512 y) {
+                                        return _mm512_max_ps(x, y);
+                                      }), _mm512_set1_ps(zscale));
+      // a NaN m (an earlier chunk's NaN score) stays NaN: vmaxps returns its second operand
+      const __m512 m_new = _mm512_max_ps(mz, m_old);
+      // every visible score -inf: p = 0 (as softmax_dot's exp of NaN), not NaN
+      const __m512 mc_all = _mm512_maskz_mul_ps(
+          _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_UQ), m_new, _mm512_set1_ps(-kLog2e));
+      alignas(64) float mc_row[kV];
+      _mm512_store_ps(mc_row, mc_all);
+      for (int i = 0; i < kV; ++i) {
+        const int r = r0 + i, ra = i < nr ? a[r] : 0, rb = i < nr ? b[r] : 0;
+        part[i] = _mm512_setzero_ps();
+        if (i >= nr) continue;
+        c10::BFloat16* p = pb + r * lds;
+        if (ra >= rb) {
+          std::fill(p, p + n, c10::BFloat16(0.f));
+          continue;
+        }
+        const float* z = s + r * lds;
+        const __m512 mc = _mm512_set1_ps(mc_row[i]);
+        const int ja = ra / kV * kV, jb = (rb + kV - 1) / kV * kV;
+        const int fa = (ra + kV - 1) / kV * kV, fb = rb / kV * kV;  // whole vectors [fa, fb)
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        auto edge = [&](int j) {  // a vector with keys outside [ra, rb): those get p = 0
+          const __m512 e = _mm512_maskz_mov_ps(lanes(j, ra, rb), p16(z + j, mc));
+          sum1 = _mm512_add_ps(sum1, e);
+          store16(p + j, e);
+        };
+        if (ja < fa) edge(ja);
+        int j = fa;
+        for (; j + 2 * kV <= fb; j += 2 * kV) {
+          const __m512 e0 = p16(z + j, mc), e1 = p16(z + j + kV, mc);
+          sum0 = _mm512_add_ps(sum0, e0);
+          sum1 = _mm512_add_ps(sum1, e1);
+          _mm512_storeu_si512(p + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
+        }
+        if (j < fb) {
+          const __m512 e = p16(z + j, mc);
+          sum0 = _mm512_add_ps(sum0, e);
+          store16(p + j, e);
+        }
+        if (fb < jb && fb >= fa) edge(fb);
+        std::fill(p, p + ja, c10::BFloat16(0.f));
+        std::fill(p + jb, p + n, c10::BFloat16(0.f));
+        part[i] = _mm512_add_ps(sum0, sum1);
+      }
+      const __m512 total = reduce_16(part, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
+      // both -inf (no key seen yet): 1, not NaN
+      const __m512 al = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m_old, m_new, _CMP_EQ_OQ),
+                                             exp_softmax(Vec(_mm512_sub_ps(m_old, m_new))),
+                                             _mm512_set1_ps(1.f));
+      const __m512 l_new = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(rows, l + r0), al, total);
+      _mm512_mask_storeu_ps(alpha + r0, rows, al);
+      _mm512_mask_storeu_ps(l + r0, rows, l_new);
+      _mm512_mask_storeu_ps(
+          m + r0, rows,
+          _mm512_mask_blend_ps(_mm512_cmp_ps_mask(total, total, _CMP_UNORD_Q), m_new, total));
+    }
+    return;
+  }
+#endif
+  softmax_dot(s, lds, R, 0, n, a, b, zscale, cap, m, l, alpha, pb);
+}
+
 // Rows layout: st [bs][Rp]; row r sees global keys [lo[r], hi[r]) (as fp32, exact below 2^24);
 // kb is the global key of local token 0. `full`: every row sees every token of [j0, j1).
 // zscale: as softmax_dot's.

@@ -16,9 +16,9 @@
 namespace pa_attn {
 namespace {
 
-// Columns of one B panel: cpublas::pack (oneDNN's transform) takes an output leading dimension
-// of 16, 32, 48 or 64 only, so B is cut into panels of at most 64 columns (block and head sizes
-// are multiples of 16, so every panel's width is one of those).
+// Columns of one B panel: at most 64, the widths oneDNN's AMX brgemm takes a VNNI B in (its own
+// transform packs 16, 32, 48 or 64 columns); block and head sizes are multiples of 16, so every
+// panel's width is one of those.
 constexpr int64_t kPanel = 64;
 
 // dst[j][i] = src[i][j] for an M x N bf16 matrix (leading dimensions as given).
@@ -30,6 +30,42 @@ inline void transpose(int64_t M, int64_t N, const c10::BFloat16* src, int64_t ld
 #else
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+#endif
+}
+
+// transpose() of 32-bit words: an M x N matrix of bf16 pairs.
+inline void transpose_words(int64_t M, int64_t N, const c10::BFloat16* src, int64_t ld_src,
+                            c10::BFloat16* dst, int64_t ld_dst) {
+  const float* s = reinterpret_cast<const float*>(src);  // words moved as fp32 bit patterns
+  float* d = reinterpret_cast<float*>(dst);
+#if defined(__x86_64__)
+  fbgemm::transpose_simd<float>(M, N, s, ld_src, d, ld_dst);
+#else
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) d[j * ld_dst + i] = s[i * ld_src + j];
+#endif
+}
+
+// dst[2i] = a[i], dst[2i + 1] = b[i] for n bf16 elements (n a multiple of 16); a null a or b
+// reads as zeros.
+inline void interleave_rows(const c10::BFloat16* a, const c10::BFloat16* b, c10::BFloat16* dst,
+                            int64_t n) {
+#if defined(__AVX512BW__)
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                       8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m256i x = a ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))
+                        : _mm256_setzero_si256();
+    const __m256i y = b ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))
+                        : _mm256_setzero_si256();
+    const __m512i xy = _mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1);
+    _mm512_storeu_si512(dst + 2 * i, _mm512_permutexvar_epi16(idx, xy));
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) {
+    dst[2 * i] = a ? a[i] : c10::BFloat16(0.f);
+    dst[2 * i + 1] = b ? b[i] : c10::BFloat16(0.f);
+  }
 #endif
 }
 
@@ -54,15 +90,6 @@ bool finite_rows(const Row& row, int64_t which, int64_t x, int64_t y, int64_t D)
   return true;
 }
 
-// One B operand: `plain` [k][n] row-major (leading dimension n) as torch's gemm takes it, packed
-// into `packed` when vnni (the layout oneDNN's AMX brgemm reads). Returns what brgemm gets.
-inline const c10::BFloat16* finish_panel(const c10::BFloat16* plain, c10::BFloat16* packed,
-                                         int64_t k, int64_t n, bool vnni) {
-  if (!vnni) return plain;
-  at::native::cpublas::pack(k, n, n, n, at::kBFloat16, at::kBFloat16, plain, packed);
-  return packed;
-}
-
 }  // namespace
 
 // The rows of a many-row item (bf16 query as given in w.q [R][D], bf16 cache) over chunks of whole
@@ -72,9 +99,11 @@ inline const c10::BFloat16* finish_panel(const c10::BFloat16* plain, c10::BFloat
 // one brgemm over the chunk's keys per kPanel output columns. K and V rows outside the item's key
 // range enter the panels as zeros (a cache block past a sequence's end holds whatever was there
 // before; 0 * NaN would poison the sum), and so do the V rows of keys that only some of the
-// item's rows see (those rows add them one at a time: pv_visible's rule). vnni: B panels packed
-// for oneDNN's AMX kernels (cpublas::could_pack); otherwise torch's gemm runs on the plain panels,
-// the same loops, so that any machine tests them.
+// item's rows see (those rows add them one at a time: pv_visible's rule). vnni: B panels built
+// straight in the VNNI layout oneDNN's AMX kernels read (cpublas::could_pack), [k / 2][n][2]: for
+// K^T the keys' rows as 32-bit words transposed, for V the rows of key pairs interleaved (one pass
+// over the cache where a bf16 transpose or copy and then oneDNN's transform took two); otherwise
+// torch's gemm runs on plain panels, the same loops, so that any machine tests them.
 void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BFloat16>& kv,
                    Scratch& w, int R, int64_t first, int64_t last, bool vnni) {
   using BF = c10::BFloat16;
@@ -83,11 +112,11 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
   const int64_t k0 = item[kK0], k1 = item[kK1];
   const int64_t run = matrix_blocks(bs), lds = run * bs;
   const BF* q = reinterpret_cast<const BF*>(w.q);
-  // a K^T panel [D][kPanel] or a V panel [chunk keys][kPanel]
+  // a K^T panel [D][kPanel] or a V panel [chunk keys][kPanel], plain or VNNI (`packed`)
   const int64_t panel = std::max(D, lds) * kPanel;
-  if (static_cast<int64_t>(w.panels.size()) < 2 * panel) w.panels.resize(2 * panel);
-  BF* plain = w.panels.data();
-  BF* packed = plain + panel;
+  if (static_cast<int64_t>(w.panels.size()) < panel) w.panels.resize(panel);
+  BF* const plain = w.panels.data();
+  BF* const packed = plain;
   for (int64_t c = first; c <= last; c += run) {
     const int64_t n = (std::min(last + 1, c + run) - c) * bs, kc = c * bs;
     const int64_t cj0 = std::max<int64_t>(k0 - kc, 0), cj1 = std::min<int64_t>(k1 - kc, n);
@@ -98,23 +127,31 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
     };
     for (int64_t j = 0; j < n; j += kPanel) {  // scores, kPanel keys at a time
       const int64_t wn = std::min(kPanel, n - j);
-      for (int64_t t = 0; t < wn;) {  // K^T panel [D][wn], one block's rows at a time
+      // K^T panel [D][wn], one block's rows at a time; vnni: straight in the VNNI layout
+      // [D/2][wn][2], i.e. the keys' rows as 32-bit words, transposed
+      float* words = reinterpret_cast<float*>(packed);
+      for (int64_t t = 0; t < wn;) {
         const int64_t key = j + t;
         if (const BF* k = row(key, 0)) {
           const int64_t rows = std::min({wn - t, bs - key % bs, cj1 - key});
-          transpose(rows, D, k, D, plain + t, wn);
+          if (vnni)
+            transpose_words(rows, D / 2, k, D / 2, packed + 2 * t, wn);
+          else
+            transpose(rows, D, k, D, plain + t, wn);
           t += rows;
         } else {
-          for (int64_t d = 0; d < D; ++d) plain[d * wn + t] = BF(0.f);
+          if (vnni)
+            for (int64_t d = 0; d < D / 2; ++d) words[d * wn + t] = 0.f;
+          else
+            for (int64_t d = 0; d < D; ++d) plain[d * wn + t] = BF(0.f);
           ++t;
         }
       }
-      blas::brgemm(R, wn, D, D, wn, lds, false, q, finish_panel(plain, packed, D, wn, vnni),
-                   w.s + j, vnni);
+      blas::brgemm(R, wn, D, D, wn, lds, false, q, vnni ? packed : plain, w.s + j, vnni);
     }
     run_ranges(w, R, kc, cj0, cj1);
-    softmax_dot(w.s, lds, R, 0, static_cast<int>(n), w.a.data(), w.b.data(), st.scale,
-                st.mk.soft_cap, w.m, w.l, w.alpha, w.pb);
+    softmax_bf16(w.s, lds, R, static_cast<int>(n), w.a.data(), w.b.data(), st.scale,
+                 st.mk.soft_cap, w.m, w.l, w.alpha, w.pb);
     for (int r = 0; r < R; ++r) {
       if (w.alpha[r] != 1.f) {
         float* a = w.acc + r * D;
@@ -141,6 +178,18 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
     const int ga = widen ? ua : ca, gb = widen ? ub : cb;
     for (int64_t d0 = 0; d0 < D; d0 += kPanel) {  // P.V, kPanel output columns at a time
       const int64_t wc = std::min(kPanel, D - d0);
+      if (vnni) {  // V panel [n / 2][wc][2]: rows of key pairs interleaved, a block at a time
+        for (int64_t t0 = 0; t0 < n; t0 += bs) {
+          const int64_t lo = std::clamp<int64_t>(ga - t0, 0, bs);
+          const int64_t hi = std::clamp<int64_t>(gb - t0, 0, bs);
+          const BF* v = lo < hi ? row(t0 + lo, 1) - lo * D + d0 : nullptr;  // the block's row 0
+          auto at = [&](int64_t i) { return i >= lo && i < hi ? v + i * D : nullptr; };
+          for (int64_t i = 0; i < bs; i += 2)
+            interleave_rows(at(i), at(i + 1), packed + (t0 + i) * wc, wc);
+        }
+        blas::brgemm(R, wc, n, lds, wc, D, true, w.pb, packed, w.acc + d0, vnni);
+        continue;
+      }
       for (int64_t t = 0; t < n;) {  // V panel [n][wc], one block's rows at a time
         if (t >= ga && t < gb) {
           const int64_t rows = std::min<int64_t>(bs - t % bs, gb - t);
@@ -153,8 +202,7 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
           ++t;
         }
       }
-      blas::brgemm(R, wc, n, lds, wc, D, true, w.pb, finish_panel(plain, packed, n, wc, vnni),
-                   w.acc + d0, vnni);
+      blas::brgemm(R, wc, n, lds, wc, D, true, w.pb, plain, w.acc + d0, vnni);
     }
     for (int r = 0; r < R && !widen; ++r) {  // keys [a, b) outside [ca, cb): p (bf16) times V
       // (with no common key, ca = cb = cj0 <= a: the row's whole range)
