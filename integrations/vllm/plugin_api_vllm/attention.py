@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -303,13 +305,21 @@ def decode_graph_shape(
 LIVE_BUILDERS: weakref.WeakSet[PluginApiMetadataBuilder] = weakref.WeakSet()
 
 
+# Per-step build times each builder keeps for host_time's median (the latest steps only)
+RECENT_BUILDS = 4096
+
+
 def host_time() -> dict[str, float]:
     """The bridge's host time over this process's live metadata builders (one per KV-cache
-    group of each live engine): builds (steps) and their seconds, each converting vLLM's
-    metadata and planning every distinct spec."""
+    group of each live engine): builds (steps), their seconds, and the median build of the
+    latest steps, each converting vLLM's metadata and planning every distinct spec. The median
+    is the per-step figure: the sum also holds one-off costs (a first plan that builds the
+    backend's kernels on a development install)."""
+    recent = [t for b in LIVE_BUILDERS for t in b.recent_builds]
     return {
         "steps": sum(b.steps for b in LIVE_BUILDERS),
         "build_s": sum(b.build_s for b in LIVE_BUILDERS),
+        "median_s": statistics.median(recent) if recent else 0.0,
     }
 
 
@@ -343,6 +353,7 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
         self.graph_plans: dict[tuple[pa.AttentionSpec, int, int], AttentionPlan] = {}
         self.num_blocks: int | None = None
         self.steps, self.build_s = 0, 0.0  # host_time()
+        self.recent_builds: deque[float] = deque(maxlen=RECENT_BUILDS)
         LIVE_BUILDERS.add(self)
 
     def _cache_blocks(self) -> int | None:
@@ -393,8 +404,10 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
             plans[spec] = attn.plan(batch, reuse=kept, num_blocks=num_blocks)
             if kept is None:
                 self.graph_plans[key] = plans[spec]
+        took = time.perf_counter() - t0
         self.steps += 1
-        self.build_s += time.perf_counter() - t0
+        self.build_s += took
+        self.recent_builds.append(took)
         return PluginApiAttentionMetadata(common_attn_metadata.num_actual_tokens, plans)
 
 

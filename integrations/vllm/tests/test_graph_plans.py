@@ -230,6 +230,12 @@ def test_the_report_counts_kept_plans(builder_run: dict[str, Any]) -> None:
     assert "up to 8 tokens): 2 plan(s) kept" in builder_run["summary"]
 
 
+def test_host_time_counts_every_build_and_its_median(builder_run: dict[str, Any]) -> None:
+    host = builder_run["host"]
+    assert host["steps"] == 8  # the builder's first step and the seven of the table above
+    assert 0 < host["median_s"] <= host["build_s"]
+
+
 def test_plans_check_the_bound_kv_caches_block_count(builder_run: dict[str, Any]) -> None:
     # a replayed graph never reaches run(), so plan() is where a block past the cache is caught
     assert builder_run["blocks before binding"] is None  # planned without num_blocks
@@ -245,6 +251,7 @@ def drive(root: Path) -> dict[str, Any]:
         PluginApiAttentionBackend,
         PluginApiMetadataBuilder,
         graph_plans,
+        host_time,
     )
     from plugin_api_vllm.tiny_model import Shape, build
     from vllm.config import (
@@ -320,6 +327,7 @@ def drive(root: Path) -> dict[str, Any]:
         metadata = full.build_for_cudagraph_capture(m) if name == "capture" else full.build(0, m)
         out["full"][name] = observe(full, metadata)
     out["report"] = graph_plans()
+    out["host"] = host_time()
     out["summary"] = report.summary(
         {
             "backend": FIXTURE, "distribution": "fixture 1.0", "status": "validated",
