@@ -63,6 +63,12 @@ GEMV_KERNELS = {
     "amx": "bf16 GEMV (AMX tiles) on oneDNN's packed weights",
     "avx512bf16": "bf16 GEMV (vdpbf16ps) on oneDNN's packed weights",
 }
+# A torch op call looks up __torch_function__ on each argument that is not a tensor; on a
+# ScriptObject (the packed weights) the lookup throws and catches a C++ exception, about 8 us a
+# call where a decode step's small GEMV takes tens. The ops here take checked plain tensors and
+# the packed weights, so the lookup is switched off around them (dispatch-level subclasses, e.g.
+# fake tensors, are unaffected).
+packed_argument = torch._C.DisableTorchFunctionSubclass
 
 
 @functools.cache
@@ -210,7 +216,7 @@ class OneDnnGemm:
         """The primitive's dst type for ``m`` rows; bf16 out with an f32 dst is one downcast."""
         if spec.out_dtype == F32 or spec.weight_dtype != BF16:
             return F32
-        return F32 if self._host_policy().f32_dst(m, spec.n) else BF16
+        return F32 if self._host_policy.f32_dst(m, spec.n) else BF16
 
     def policy_for(self, info: DeviceInfo) -> LmHeadPolicy:
         """The policy given, else the measured default for the machine ``info`` describes."""
@@ -237,15 +243,21 @@ class OneDnnGemm:
         """The form given, else what oneDNN's fast kernels take on ``machine``."""
         return MatmulForm.for_machine(machine) if self.form is None else self.form
 
+    # The policies of the machine the kernels run on, derived once: per call they took about a
+    # quarter of a small GEMM's host time.
+    @functools.cached_property
     def _host_form(self) -> MatmulForm:
         return self.form_for(platform.machine())
 
+    @functools.cached_property
     def _host_policy(self) -> LmHeadPolicy:
-        return self.policy_for(cpu_family.host())  # the machine the kernels run on
+        return self.policy_for(cpu_family.host())
 
+    @functools.cached_property
     def _host_gemv(self) -> GemvPolicy:
         return self.gemv_for(cpu_family.host())
 
+    @functools.cached_property
     def _host_large_m(self) -> LargeMPolicy:
         return self.large_m_for(cpu_family.host())
 
@@ -256,7 +268,7 @@ class OneDnnGemm:
     ) -> OneDnnWeight:
         """Pack ``weight`` ``[N, K]`` (bf16/fp32/int8); int8 keeps ``weight_scale`` ``[N]`` fp32."""
         compute = spec.weight_dtype
-        scaled = spec.scaled and self._host_form().weight_scales
+        scaled = spec.scaled and self._host_form.weight_scales
         conf = [PACK_M, spec.n, spec.k, spec.k, spec.n, *[CODES[compute]] * 2, CODES[F32], 0]
         conf += [int(scaled), self._threads()]
         scale = None if weight_scale is None else weight_scale.to(F32).contiguous()
@@ -286,7 +298,7 @@ class OneDnnGemm:
             in_kernel = False
             handling = f"epilogue-{checks.short_dtype(out.dtype)}"
         else:
-            in_kernel = bias is not None and self._host_form().bias
+            in_kernel = bias is not None and self._host_form.bias
             outside = bias is not None and not in_kernel
             dst = F32 if outside else self.kernel_dst(spec, m)
             handling = "direct" if dst == out.dtype else f"downcast-{checks.short_dtype(out.dtype)}"
@@ -296,7 +308,7 @@ class OneDnnGemm:
         src = self._dense(x, "src")
         kernel_out = out if out.dtype == dst else self._staging("dst", m, n, dst)
         kernel_out = self._dense(kernel_out, "dst")
-        scaled = spec.scaled and self._host_form().weight_scales
+        scaled = spec.scaled and self._host_form.weight_scales
         conf: tuple[int, ...] = (m, n, k, k, n, CODES[payload.compute], CODES[payload.compute])
         conf += (CODES[dst],)
         conf += (CODES[F32] if in_kernel else 0, int(scaled), self._threads())
@@ -318,14 +330,15 @@ class OneDnnGemm:
             return
         route = self._route(spec, payload, x, bias, out)
         if route == "gemv":
-            prefetch = bool(self._host_gemv().prefetch)
-            extension().ops.gemv(payload.packed, x, out, self._threads(), prefetch)
+            prefetch = bool(self._host_gemv.prefetch)
+            with packed_argument():
+                extension().ops.gemv(payload.packed, x, out, self._threads(), prefetch)
             note_kernel(gemv_kernel())
             return
         if route == "torch":
             self._run_torch(payload, x, bias, out)
             return
-        pad = self._host_policy().pad_m if spec.usage == "lm_head" else 1
+        pad = self._host_policy.pad_m if spec.usage == "lm_head" else 1
         if m < pad:  # the pad-row kernel on this thread's padded buffers (LmHeadPolicy.pad_m)
             xp = self._staging("pad-src", pad, spec.k, x.dtype)
             op = self._staging("pad-out", pad, spec.n, out.dtype)
@@ -356,11 +369,11 @@ class OneDnnGemm:
         m = x.shape[0]
         if not payload.gemv or x.dtype != BF16:
             return "onednn"
-        rows = self._host_policy().gemv_m if spec.usage == "lm_head" else self._host_gemv().linear_m
+        rows = self._host_policy.gemv_m if spec.usage == "lm_head" else self._host_gemv.linear_m
         dense = x.stride(1) == 1 and out.stride(1) == 1
         if bias is None and m <= min(rows, gemv_max_rows()) and out.dtype in (F32, BF16) and dense:
             return "gemv"
-        min_m = self._host_large_m().min_m
+        min_m = self._host_large_m.min_m
         plain = bias is None or bias.dtype == BF16
         if 0 < min_m <= m and spec.usage == "linear" and out.dtype == BF16 and plain:
             return "torch"
@@ -372,7 +385,8 @@ class OneDnnGemm:
         """``LargeMPolicy``'s kernel: unpack into this thread's ``[N, K]`` buffer, torch's mm."""
         threads = self._threads()
         w = self._staging("unpacked", out.shape[1], x.shape[1], BF16)
-        extension().ops.unpack(payload.packed, w, threads)
+        with packed_argument():
+            extension().ops.unpack(payload.packed, w, threads)
         before = torch.get_num_threads()
         if before != threads:  # PLUGIN_API_ONEDNN_THREADS holds for torch's kernel too
             torch.set_num_threads(threads)
@@ -402,7 +416,7 @@ class OneDnnGemm:
         call = self.plan(spec, payload, x_q, bias, out)
         self._run(call, payload)
         acc, s = call.kernel_out, x_scale.view(m, 1)  # acc: fp32, dense (and maybe `out`)
-        if not self._host_form().weight_scales:
+        if not self._host_form.weight_scales:
             assert payload.w_scale is not None  # prepare keeps it for int8
             acc.mul_(s)  # (acc * x_scale) * w_scale, the reference's order
             s = payload.w_scale.view(1, spec.n)
@@ -414,7 +428,8 @@ class OneDnnGemm:
     def _run(self, call: Call, payload: OneDnnWeight) -> None:
         built = self.cache.get_or_build(call.problem, lambda _: self._build(call.conf, payload))
         prim = built.prim
-        prim.run(payload.packed, call.src, call.bias, call.kernel_out, self.scratchpad(prim))
+        with packed_argument():
+            prim.run(payload.packed, call.src, call.bias, call.kernel_out, self.scratchpad(prim))
         note_kernel(built.kernel)
 
     def scratchpad(self, prim: Any) -> torch.Tensor:
