@@ -231,31 +231,6 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
   }
 }
 
-#if defined(CPU_CAPABILITY_AVX512)
-// Lane i of the result: op over the lanes of v[i], for 16 vectors. One transposing tree (46
-// operations) instead of 16 separate reductions (128).
-template <typename Op>
-inline __m512 reduce_16(const __m512* v, Op op) {
-  __m512 h[8], q[4], s[2];
-  for (int i = 0; i < 8; ++i)  // [v(2i) folded to 8 lanes | v(2i + 1) folded]
-    h[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
-  for (int i = 0; i < 4; ++i)  // 128-bit lane L: v(4i + L) folded to 4 lanes
-    q[i] = op(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0x88),
-              _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0xdd));
-  for (int i = 0; i < 2; ++i)  // lane L: x = v(8i + L), y = v(8i + 4 + L) to 2 lanes: [x y x y]
-    s[i] = op(_mm512_unpacklo_ps(q[2 * i], q[2 * i + 1]),
-              _mm512_unpackhi_ps(q[2 * i], q[2 * i + 1]));
-  const __m512 lo = _mm512_castpd_ps(
-      _mm512_unpacklo_pd(_mm512_castps_pd(s[0]), _mm512_castps_pd(s[1])));
-  const __m512 hi = _mm512_castpd_ps(
-      _mm512_unpackhi_pd(_mm512_castps_pd(s[0]), _mm512_castps_pd(s[1])));
-  // element 4L + k now holds v(4k + L)
-  return _mm512_permutexvar_ps(
-      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), op(lo, hi));
-}
-#endif
-
 // Matrix layout: softmax_dot over keys [0, n) (a multiple of kV) with P written only as bf16,
 // into pb [R][lds] (P.V's operand); the fp32 scores in s are left as they were. With AVX-512 BF16
 // and no soft cap: the max over the raw scores (no store), then p = 2^(z c - m log2(e)) with
@@ -683,9 +658,6 @@ inline void qk_bf16(int R, const c10::BFloat16* q, const KT* k, int64_t D, int j
 // not probabilities). ldp: words per pair row (Rp).
 inline void pair_probs(const float* pt, int64_t Rp, int j0, int j1, uint32_t* pp, int64_t ldp) {
   // word i of a pair row: bf16 element 2i from key j's row i, element 2i + 1 from key j + 1's
-  const __m512i interleave = _mm512_set_epi16(
-      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
-      19, 3, 18, 2, 17, 1, 16, 0);
   const __m512 zero = _mm512_setzero_ps();
   for (int j = j0 & ~1; j < j1; j += 2) {
     const bool x = j >= j0, y = j + 1 < j1;
@@ -693,7 +665,7 @@ inline void pair_probs(const float* pt, int64_t Rp, int j0, int j1, uint32_t* pp
       const __m512 a = x ? _mm512_loadu_ps(pt + j * Rp + r) : zero;
       const __m512 b = y ? _mm512_loadu_ps(pt + (j + 1) * Rp + r) : zero;
       const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));  // a low, b high
-      _mm512_storeu_si512(pp + (j / 2) * ldp + r, _mm512_permutexvar_epi16(interleave, both));
+      _mm512_storeu_si512(pp + (j / 2) * ldp + r, interleave_halves(both));
     }
   }
 }

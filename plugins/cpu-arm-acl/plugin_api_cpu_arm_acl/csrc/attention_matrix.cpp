@@ -50,16 +50,14 @@ inline void transpose_words(int64_t M, int64_t N, const c10::BFloat16* src, int6
 // reads as zeros.
 inline void interleave_rows(const c10::BFloat16* a, const c10::BFloat16* b, c10::BFloat16* dst,
                             int64_t n) {
-#if defined(__AVX512BW__)
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
-                                       8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+#if defined(CPU_CAPABILITY_AVX512)
   for (int64_t i = 0; i < n; i += 16) {
     const __m256i x = a ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))
                         : _mm256_setzero_si256();
     const __m256i y = b ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))
                         : _mm256_setzero_si256();
-    const __m512i xy = _mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1);
-    _mm512_storeu_si512(dst + 2 * i, _mm512_permutexvar_epi16(idx, xy));
+    _mm512_storeu_si512(dst + 2 * i,
+                        interleave_halves(_mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1)));
   }
 #else
   for (int64_t i = 0; i < n; ++i) {

@@ -310,6 +310,39 @@ inline void reduce_add_8(const Vec* v, float* out) {
 #endif
 }
 
+#if defined(CPU_CAPABILITY_AVX512)
+// Lane i of the result: op over the lanes of v[i], for 16 vectors. One transposing tree (46
+// operations) instead of 16 separate reductions (128).
+template <typename Op>
+inline __m512 reduce_16(const __m512* v, Op op) {
+  __m512 h[8], q[4], s[2];
+  for (int i = 0; i < 8; ++i)  // [v(2i) folded to 8 lanes | v(2i + 1) folded]
+    h[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  for (int i = 0; i < 4; ++i)  // 128-bit lane L: v(4i + L) folded to 4 lanes
+    q[i] = op(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0x88),
+              _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; ++i)  // lane L: x = v(8i + L), y = v(8i + 4 + L) to 2 lanes: [x y x y]
+    s[i] = op(_mm512_unpacklo_ps(q[2 * i], q[2 * i + 1]),
+              _mm512_unpackhi_ps(q[2 * i], q[2 * i + 1]));
+  const __m512 lo = _mm512_castpd_ps(
+      _mm512_unpacklo_pd(_mm512_castps_pd(s[0]), _mm512_castps_pd(s[1])));
+  const __m512 hi = _mm512_castpd_ps(
+      _mm512_unpackhi_pd(_mm512_castps_pd(s[0]), _mm512_castps_pd(s[1])));
+  // element 4L + k now holds v(4k + L)
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), op(lo, hi));
+}
+
+// The 16-bit elements of v's two 256-bit halves interleaved: element 2i is the low half's i,
+// 2i + 1 the high half's i (two rows as bf16 pairs, the order vdpbf16ps and AMX's VNNI B take).
+inline __m512i interleave_halves(__m512i v) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                       8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, v);
+}
+#endif
+
 inline float reduce_max(const Vec& v) {
   return at::vec::vec_reduce_all<float>(
       [](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
