@@ -40,7 +40,7 @@ LARGE_M = "PLUGIN_API_ONEDNN_LARGE_M"
 NAMES = (ROOT, THREADS, LM_HEAD, GEMV, LARGE_M, PANEL, ATTENTION_MATRIX, ATTENTION_PREFETCH)
 MATRIX_MODES = ("auto", "on", "off")
 PREFETCH_MODES = ("auto", "l1", "l2")
-GEMV_MAX_M = 16  # rows the AMX GEMV takes (gemv.cpp's kAmxGemvMaxRows)
+GEMV_MAX_M = 64  # rows the AMX GEMV takes (gemv.cpp's kAmxGemvMaxRows)
 VDPBF16PS_GEMV_MAX_M = 8  # rows the vdpbf16ps GEMV takes (kGemvMaxRows)
 
 
@@ -129,9 +129,10 @@ class LmHeadPolicy:
           padded to 4, and the bf16 GEMV up to 8 rows. Measurements:
           docs/measurements/cpu-arm-acl/2026-12-03-zen4.md (gate, padding) and
           2026-12-04-zen5.md (GEMV).
-        - x86 with AMX: the gate off, no padding, the AMX GEMV up to 16 rows: it read the
+        - x86 with AMX: the gate off, no padding, the AMX GEMV up to 64 rows: it read the
           0.49B model's LM head 1.1x faster than oneDNN 3.2 and vLLM's oneDNN at M = 1-16, where
-          the vdpbf16ps GEMV had lost to oneDNN's AMX kernel (2026-12-06-xeon-amx.md).
+          the vdpbf16ps GEMV had lost to oneDNN's AMX kernel, and ran 17-64 rows 1.1-1.3x
+          faster than oneDNN 3.2 (2026-12-06-xeon-amx.md).
         """
         if machine not in X86:
             return cls()
@@ -148,10 +149,10 @@ class GemvPolicy:
       more than the kernel takes: ``gemv_rows``) run the GEMV on oneDNN's packed weights
       instead of oneDNN's kernel; 0: never. (LM-head calls: ``LmHeadPolicy.gemv_m``.)
     - ``prefetch``: 1, a software prefetch ahead of each step (vdpbf16ps: non-temporal, per
-      k-pair step; AMX: the next 4 KB weight block, to L1); 0, none (the hardware prefetchers
-      alone).
+      k-pair step; AMX, up to 16 rows: the next 4 KB weight block, to L1); 0, none (the
+      hardware prefetchers alone, as the AMX kernel's 17-64 rows always run).
 
-    ``default_for``: on x86 every row the machine's kernel takes (8; 16 with AMX); the prefetch
+    ``default_for``: on x86 every row the machine's kernel takes (8; 64 with AMX); the prefetch
     on AMD family 26 (Zen 5), where it was tuned and measured faster (2026-12-05-zen4.md), and
     with AMX (2026-12-06-xeon-amx.md). Other CPUs: no prefetch.
     """

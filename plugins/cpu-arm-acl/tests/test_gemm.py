@@ -260,7 +260,7 @@ def test_lm_head_few_rows_run_the_gemv_on_the_packed_weights(onednn_backend, odt
         pytest.skip(f"oneDNN packed {packed.layout!r} here, or this build lacks AVX-512 BF16")
     tol = dict(atol=1e-4, rtol=1e-5) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
     wide = _rand(GEMV_MAX_M + 1, 700, seed=9)
-    rows = gemv_max_rows()  # 16 with AMX tiles, 8 with vdpbf16ps
+    rows = gemv_max_rows()  # 64 with AMX tiles, 8 with vdpbf16ps
     calls = [(m, None, "lm_head") for m in range(1, rows + 2)]  # every row count it has, one more
     calls += [(2, True, "lm_head"), (2, None, "linear")]
     for m, bias, usage in calls:
@@ -328,7 +328,7 @@ def test_linear_many_rows_run_torch_matmul_per_large_m_policy(onednn_backend):
     once; fewer rows, an fp32 bias or fp32 out run oneDNN."""
     from plugin_api.contract.provenance import record_kernels
 
-    impl = OneDnnGemm(threads=2, large_m=LargeMPolicy(min_m=24))
+    impl = OneDnnGemm(threads=2, large_m=LargeMPolicy(min_m=24), gemv=GemvPolicy())  # no GEMV
     w = _rand(200, 256, seed=3, scale=0.05)
     spec = GemmSpec(200, 256, BF16, BF16, "linear")
     served = impl.supports(spec, onednn_backend.info)
@@ -383,15 +383,15 @@ def test_gemv_policy_defaults_and_parse():
     assert GemvPolicy.default_for("x86_64", zen5) == GemvPolicy(linear_m=8, prefetch=1)
     assert GemvPolicy.default_for("x86_64", None) == GemvPolicy(linear_m=8, prefetch=0)
     assert GemvPolicy.default_for("aarch64", zen5) == GemvPolicy()
-    # AMX: the AMX GEMV, 16 rows, prefetching (2026-12-06-xeon-amx)
+    # AMX: the AMX GEMV, 64 rows, prefetching (2026-12-06-xeon-amx)
     spr = ("GenuineIntel", 6)
-    assert GemvPolicy.default_for("x86_64", spr, amx=True) == GemvPolicy(linear_m=16, prefetch=1)
+    assert GemvPolicy.default_for("x86_64", spr, amx=True) == GemvPolicy(linear_m=64, prefetch=1)
     assert GemvPolicy.default_for("x86_64", spr) == GemvPolicy(linear_m=8, prefetch=0)
     assert GemvPolicy.parse("linear_m=2,prefetch=1") == GemvPolicy(2, 1)
     assert "M <= 2 run the bf16 GEMV (AMX tiles); GEMV prefetch on" in GemvPolicy(2, 1).describe()
     # a row count beyond the machine's kernel is stated with the kernel's limit
     assert "M <= 16, at most 8 here run the bf16 GEMV (vdpbf16ps)" in GemvPolicy(16).describe(8)
-    for bad in ("linear_m=17", "prefetch=2", "rows=1"):
+    for bad in ("linear_m=65", "prefetch=2", "rows=1"):
         with pytest.raises(SettingError, match="PLUGIN_API_ONEDNN_GEMV"):
             GemvPolicy.parse(bad)
 
@@ -399,17 +399,17 @@ def test_gemv_policy_defaults_and_parse():
 def test_lm_head_policy_gemv_rows():
     assert LmHeadPolicy.parse("off,gemv_m=0").gemv_m == 0
     assert "M <= 3 runs the bf16 GEMV (vdpbf16ps)" in LmHeadPolicy.parse("gemv_m=3").describe(8)
-    for bad in ("gemv_m=17", "gemv_m=-1"):
+    for bad in ("gemv_m=65", "gemv_m=-1"):
         with pytest.raises(SettingError, match="gemv_m"):
             LmHeadPolicy.parse(bad)
     assert LmHeadPolicy.default_for("x86_64").gemv_m == 8
-    assert LmHeadPolicy.default_for("x86_64", amx=True) == LmHeadPolicy(enabled=False, gemv_m=16)
+    assert LmHeadPolicy.default_for("x86_64", amx=True) == LmHeadPolicy(enabled=False, gemv_m=64)
     assert LmHeadPolicy.default_for("aarch64").gemv_m == 0
     assert LmHeadPolicy.default_for("aarch64", amx=True) == LmHeadPolicy()
 
 
 @pytest.mark.parametrize(
-    "host,gemv_rows,kernel", [(AMX, 16, "AMX tiles"), (ZEN4, 8, "vdpbf16ps")], ids=["amx", "zen4"]
+    "host,gemv_rows,kernel", [(AMX, 64, "AMX tiles"), (ZEN4, 8, "vdpbf16ps")], ids=["amx", "zen4"]
 )
 def test_the_decision_shows_the_machines_gemv_rows(host, gemv_rows, kernel):
     """The report names the policy and GEMV kernel of the machine it describes (AMX or not),
@@ -428,7 +428,7 @@ def test_the_gemv_kernel_is_the_cpus(onednn_backend):
         pytest.skip("no AVX-512 BF16 on this CPU: the build has no bf16 GEMV")
     amx = {"amx_bf16", "amx_tile"} <= flags
     assert gemv_kernel() == GEMV_KERNELS["amx" if amx else "avx512bf16"]
-    assert gemv_max_rows() == (16 if amx else 8)
+    assert gemv_max_rows() == (64 if amx else 8)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -679,7 +679,7 @@ def test_the_bench_reports_the_onednn_kernel_each_case_ran(onednn_backend):
     ceilings = measure_ceilings(cpu, 8 << 20, tiny, synchronizer(cpu), stop_after_s=1.0,
                                 sizes=(64, 128))  # fmt: skip
     cases = (
-        C.GemmCase("tiny_head", 17, 64, 32, C.BF16, C.FP32, "lm_head"),  # M=17: past gemv_m
+        C.GemmCase("tiny_head", 65, 64, 32, C.BF16, C.FP32, "lm_head"),  # M=65: past gemv_m
         C.GemmCase("tiny_w8a8", 2, 48, 64, C.INT8, C.BF16),
     )
     progress = io.StringIO()

@@ -60,7 +60,7 @@ XEON_NO_AMX = dataclasses.replace(XEON, cpu_flags=XEON.cpu_flags - {"amx_bf16", 
         ),
         (
             XEON,
-            "LmHeadPolicy: bf16 out always runs the bf16-dst kernel; M <= 16 runs the bf16 GEMV "
+            "LmHeadPolicy: bf16 out always runs the bf16-dst kernel; M <= 64 runs the bf16 GEMV "
             "(AMX tiles) on oneDNN's packed weights (where they are in its AVX-512 BF16 layout) "
             "(default on x86_64 with AMX)",
         ),

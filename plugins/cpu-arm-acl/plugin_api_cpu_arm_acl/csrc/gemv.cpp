@@ -6,7 +6,8 @@
 // - AMX tiles, where the CPU has them and the kernel grants them: a 32-k block of the packed
 //   weights is four B tiles as it stands (16 k-pairs x 16 columns x 2, rows 256 bytes apart), x's
 //   M rows one A tile, four fp32 C tiles for the whole K. One tile multiply per 1 KB of weights
-//   keeps the read, not the arithmetic, the bound up to 16 rows.
+//   keeps the read, not the arithmetic, the bound up to 16 rows; 17-64 rows run as groups of 16
+//   over K in chunks that stay in L1 (amx_blocks_grouped).
 // Threads split the column blocks, so each weight byte is read from memory once.
 // unpack_bf16 turns the same packed weights back into [N, K] rows (LargeMPolicy: torch's matmul
 // takes plain rows only).
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "amx.h"
 #include "kernels.h"
@@ -107,15 +109,55 @@ void all_blocks(const PairedBlocks& w, const uint16_t* x, int64_t ldx, void* out
 // of the same column range (its 64 lines, to L1: the next step reads them whole).
 constexpr int64_t kAmxPrefetchBytes = 4096;
 
-// Tiles 0-3: C (m rows x 16 fp32 columns); 4: A (m rows x 32 bf16); 5-7: B (16 k-pairs).
+// Tiles 0-3: C (x's rows x 16 fp32 columns); 4: A (x's rows x 32 bf16); 5-7: B (16 k-pairs).
+// One 32-k step of a 64-column block: x's rows times the block's four 16-column B tiles.
+PA_AMX inline void block_step(const uint16_t* x, int64_t x_stride, const uint16_t* blk) {
+  _tile_loadd(4, x, x_stride);
+  _tile_loadd(5, blk, 256);
+  _tile_loadd(6, blk + 32, 256);
+  _tile_loadd(7, blk + 64, 256);
+  _tile_dpbf16ps(0, 4, 5);
+  _tile_dpbf16ps(1, 4, 6);
+  _tile_dpbf16ps(2, 4, 7);
+  _tile_loadd(5, blk + 96, 256);
+  _tile_dpbf16ps(3, 4, 5);
+}
+
+// C tiles 0-3 to or from 16 rows of 64 fp32 columns.
+PA_AMX inline void store_c(float (*acc)[64]) {
+  _tile_stored(0, &acc[0][0], 256);
+  _tile_stored(1, &acc[0][16], 256);
+  _tile_stored(2, &acc[0][32], 256);
+  _tile_stored(3, &acc[0][48], 256);
+}
+
+PA_AMX inline void load_c(float (*acc)[64]) {
+  _tile_loadd(0, &acc[0][0], 256);
+  _tile_loadd(1, &acc[0][16], 256);
+  _tile_loadd(2, &acc[0][32], 256);
+  _tile_loadd(3, &acc[0][48], 256);
+}
+
+// Rows 0 .. m - 1 of acc, columns n0 .. n0 + 63 of out (those inside N).
+inline void write_block(const float (*acc)[64], int64_t m, int64_t n0, int64_t n, void* out,
+                        int64_t out_dt, int64_t ldo) {
+  for (int t = 0; t < 4; ++t) {
+    const int64_t c = n0 + 16 * t;
+    if (c >= n) break;
+    const __mmask16 lanes = lanes_from(c, n);
+    for (int64_t r = 0; r < m; ++r)
+      store_columns(_mm512_load_ps(&acc[r][16 * t]), out, out_dt, ldo, r, c, lanes);
+  }
+}
+
+// Up to 16 rows: one A tile of x as it stands, four C tiles over all of K.
 PA_AMX void amx_blocks(const PairedBlocks& w, int64_t first, int64_t last, const uint16_t* x,
                        int64_t m, int64_t ldx, void* out, int64_t out_dt, int64_t ldo,
                        bool prefetch) {
   pa_amx::TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.set(t, t < 5 ? static_cast<int>(m) : 16, 64);
   cfg.load();
-  alignas(64) float acc[kAmxGemvMaxRows][64];
-  const int64_t x_stride = ldx * 2;
+  alignas(64) float acc[16][64];
   for (int64_t nb = first; nb < last; ++nb) {
     const uint16_t* col = w.base + nb * w.stride_n;
     _tile_zero(0);
@@ -128,28 +170,44 @@ PA_AMX void amx_blocks(const PairedBlocks& w, int64_t first, int64_t last, const
         const char* ahead = reinterpret_cast<const char*>(blk) + kAmxPrefetchBytes;
         for (int line = 0; line < 64; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
       }
-      _tile_loadd(4, x + kb * 32, x_stride);
-      _tile_loadd(5, blk, 256);
-      _tile_loadd(6, blk + 32, 256);
-      _tile_loadd(7, blk + 64, 256);
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_dpbf16ps(1, 4, 6);
-      _tile_dpbf16ps(2, 4, 7);
-      _tile_loadd(5, blk + 96, 256);
-      _tile_dpbf16ps(3, 4, 5);
+      block_step(x + kb * 32, ldx * 2, blk);
     }
-    _tile_stored(0, &acc[0][0], 256);
-    _tile_stored(1, &acc[0][16], 256);
-    _tile_stored(2, &acc[0][32], 256);
-    _tile_stored(3, &acc[0][48], 256);
-    const int64_t n0 = nb * 64;
-    for (int t = 0; t < 4; ++t) {
-      const int64_t c = n0 + 16 * t;
-      if (c >= w.n) break;
-      const __mmask16 lanes = lanes_from(c, w.n);
-      for (int64_t r = 0; r < m; ++r)
-        store_columns(_mm512_load_ps(&acc[r][16 * t]), out, out_dt, ldo, r, c, lanes);
+    store_c(acc);
+    write_block(acc, m, nb * 64, w.n, out, out_dt, ldo);
+  }
+  _tile_release();
+}
+
+// 17-64 rows: x in groups of 16 rows (the last zero-padded, copied once per call into `xg`),
+// K in chunks of kChunkBlocks 32-k blocks. Per 64-column block and chunk, each group runs the
+// m <= 16 loop over the chunk with its C tiles reloaded from and stored back to memory: the
+// first group streams the chunk's weights from memory, the others find them in L1, so each
+// weight byte is still read from memory once. `groups` tile multiplies per 1 KB of weights. No
+// software prefetch: one of the next chunk (to L1 or to L2) made it 5-20% slower.
+constexpr int64_t kChunkBlocks = 4;  // 16 KB of weights and 4 x 2 KB of x per chunk: L1
+
+PA_AMX void amx_blocks_grouped(const PairedBlocks& w, int64_t first, int64_t last,
+                               const uint16_t* xg, int64_t groups, void* out, int64_t out_dt,
+                               int64_t ldo, int64_t m) {
+  pa_amx::TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.set(t, 16, 64);
+  cfg.load();
+  alignas(64) float acc[kAmxGemvMaxRows][64];  // group g: rows 16 g .. 16 g + 15
+  const int64_t blocks_k = w.k / 32;
+  for (int64_t nb = first; nb < last; ++nb) {
+    const uint16_t* col = w.base + nb * w.stride_n;
+    std::memset(acc, 0, sizeof(float) * groups * 16 * 64);
+    for (int64_t k0 = 0; k0 < blocks_k; k0 += kChunkBlocks) {
+      const int64_t k1 = std::min(blocks_k, k0 + kChunkBlocks);
+      for (int64_t g = 0; g < groups; ++g) {
+        load_c(&acc[16 * g]);
+        const uint16_t* xr = xg + g * 16 * w.k;
+        for (int64_t kb = k0; kb < k1; ++kb)
+          block_step(xr + kb * 32, w.k * 2, col + kb * w.stride_k);
+        store_c(&acc[16 * g]);
+      }
     }
+    write_block(acc, m, nb * 64, w.n, out, out_dt, ldo);
   }
   _tile_release();
 }
@@ -157,12 +215,25 @@ PA_AMX void amx_blocks(const PairedBlocks& w, int64_t first, int64_t last, const
 void amx_gemv(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx, void* out,
               int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
   const int64_t blocks = (w.n + 63) / 64;
+  const int64_t groups = (m + 15) / 16;
+  static thread_local std::vector<uint16_t> padded;  // x in whole groups of 16 rows (m > 16)
+  const uint16_t* xg = nullptr;
+  if (m > 16) {
+    if (padded.size() < static_cast<size_t>(groups * 16 * w.k))
+      padded.resize(static_cast<size_t>(groups * 16 * w.k));
+    for (int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * w.k, x + r * ldx, w.k * 2);
+    std::memset(padded.data() + m * w.k, 0, (groups * 16 - m) * w.k * 2);
+    xg = padded.data();
+  }
 #pragma omp parallel num_threads(threads)
   {
     // each thread configures its own tiles: one contiguous range of column blocks per thread
     const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
     const int64_t first = blocks * me / team, last = blocks * (me + 1) / team;
-    if (first < last) amx_blocks(w, first, last, x, m, ldx, out, out_dt, ldo, prefetch);
+    if (first < last && m <= 16)
+      amx_blocks(w, first, last, x, m, ldx, out, out_dt, ldo, prefetch);
+    else if (first < last)
+      amx_blocks_grouped(w, first, last, xg, groups, out, out_dt, ldo, m);
   }
 }
 
@@ -233,7 +304,7 @@ void gemv_bf16(const PairedBlocks& w, const uint16_t* x, int64_t m, int64_t ldx,
                int64_t out_dt, int64_t ldo, int64_t threads, bool prefetch) {
   const int64_t t = threads > 0 ? threads : omp_get_max_threads();
   if (pa_amx::granted()) {
-    if (m < 1 || m > kAmxGemvMaxRows) throw std::invalid_argument("gemv_bf16: m must be 1..16");
+    if (m < 1 || m > kAmxGemvMaxRows) throw std::invalid_argument("gemv_bf16: m must be 1..64");
     amx_gemv(w, x, m, ldx, out, out_dt, ldo, t, prefetch);
     return;
   }

@@ -91,7 +91,8 @@ struct PairedBlocks {
   int64_t stride_k = 0, stride_n = 0;  // elements between consecutive 32-k / 64-n blocks
 };
 constexpr int64_t kGemvMaxRows = 8;      // the vdpbf16ps kernel
-constexpr int64_t kAmxGemvMaxRows = 16;  // the AMX kernel: one A tile
+constexpr int64_t kAmxGroups = 4;        // the AMX kernel: up to four A tiles of 16 rows
+constexpr int64_t kAmxGemvMaxRows = 16 * kAmxGroups;
 PairedBlocks paired_blocks(const Packed& p);
 bool gemv_available();  // compiled with AVX-512 BF16
 // The kernel gemv_bf16 runs in this process: "amx" (the CPU has AMX-BF16 and Linux granted the
