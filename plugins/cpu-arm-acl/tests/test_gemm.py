@@ -431,30 +431,31 @@ def test_the_gemv_kernel_is_the_cpus(onednn_backend):
     assert gemv_max_rows() == (64 if amx else 8)
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_the_gemv_matches_the_oracle_at_every_row_count(onednn_backend, threads):
-    """Every row count the GEMV takes, fp32 and bf16 out, a deep K and N not a multiple of 64
-    (column blocks split unevenly between threads), as the fp64 oracle."""
+@pytest.mark.parametrize("threads,n,k", [(1, 300, 2048), (3, 300, 2048), (3, 200, 96)])
+def test_the_gemv_matches_the_oracle_at_every_row_count(onednn_backend, threads, n, k):
+    """Every row count the GEMV takes, fp32 and bf16 out, N not a multiple of 64 (column blocks
+    split unevenly between threads), a deep K and one that ends in a part of the AMX kernel's
+    4-block K chunk, as the fp64 oracle."""
     rows = gemv_max_rows()
     if rows == 0:
         pytest.skip("this build has no bf16 GEMV (no AVX-512 BF16)")
     impl = OneDnnGemm(threads=threads, gemv=GemvPolicy(linear_m=rows, prefetch=1))
-    w = _rand(300, 2048, seed=21, scale=0.05)
-    spec = GemmSpec(300, 2048, BF16, F32, "linear")
+    w = _rand(n, k, seed=21, scale=0.05)
+    spec = GemmSpec(n, k, BF16, F32, "linear")
     packed = impl.prepare(spec, w, None)
     if not packed.gemv:
         pytest.skip(f"oneDNN packed {packed.layout!r} here, not its AVX-512 BF16 layout")
     ext = extension().ops
     for m in range(1, rows + 1):
-        x = _rand(m, 2048, seed=30 + m)
+        x = _rand(m, k, seed=30 + m)
         exact = x.double() @ w.double().t()
         for odt in (F32, BF16):
-            out = torch.full((m, 300), float("nan"), dtype=odt)
+            out = torch.full((m, n), float("nan"), dtype=odt)
             ext.gemv(packed.packed, x, out, threads, bool(m % 2))
             tol = dict(atol=1e-4, rtol=1e-5) if odt == F32 else dict(atol=2e-2, rtol=1.6e-2)
             torch.testing.assert_close(out.double(), exact, **tol, msg=f"m={m} out={odt}")
     with pytest.raises(RuntimeError, match="gemv x must be bf16"):
-        ext.gemv(packed.packed, _rand(rows + 1, 2048, seed=1), torch.empty(rows + 1, 300), 1, False)
+        ext.gemv(packed.packed, _rand(rows + 1, k, seed=1), torch.empty(rows + 1, n), 1, False)
 
 
 def test_lm_head_policy_argument_overrides():
