@@ -40,6 +40,11 @@ def advised_ranges() -> list[tuple[int, int]]:
     return ranges
 
 
+def covers(ranges: list[tuple[int, int]], inner: int) -> bool:
+    """Whether the huge page starting at ``inner`` lies inside one of ``ranges``."""
+    return any(lo <= inner and inner + HUGE_PAGE <= hi for lo, hi in ranges)
+
+
 def test_less_than_one_huge_page_is_not_advised():
     assert not advise_huge_pages(torch.empty(HUGE_PAGE // 2, dtype=torch.uint8))
 
@@ -52,7 +57,7 @@ def test_a_large_cache_carries_the_advice_and_starts_zeroed():
     start = cache.data.data_ptr()
     end = start + cache.data.nbytes
     inner = -(-start // HUGE_PAGE) * HUGE_PAGE  # the first whole huge page inside the cache
-    assert any(lo <= inner and inner + HUGE_PAGE <= hi for lo, hi in advised_ranges())
+    assert covers(advised_ranges(), inner)
     assert inner + HUGE_PAGE <= end
     assert not cache.data.any()
 
@@ -67,10 +72,6 @@ def test_a_large_gemm_output_carries_the_advice_and_a_small_one_does_not():
     ref = backend_for("reference")
     w = torch.randn(1024, 64) * 0.1
     packed = pa.prepare(w, backend=ref)
-
-    def covers(ranges: list[tuple[int, int]], inner: int) -> bool:
-        return any(lo <= inner and inner + HUGE_PAGE <= hi for lo, hi in ranges)
-
     rows = HUGE_OUT_BYTES // (1024 * 4)  # fp32 [rows, 1024] is exactly the threshold
     for m, advised in ((rows + 512, True), (rows - 1, False)):
         x = torch.randn(m, 64)
