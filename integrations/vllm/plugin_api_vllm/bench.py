@@ -10,13 +10,14 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
 - The engine is driven step by step: prefill is the time until every request of the batch has
   its first token, decode the time after that per generated token (``--decode`` per request).
   Medians over ``--reps`` after a warm-up generation.
+- Interleaved: both sides of a dtype stay loaded, each in its own process (vLLM picks its
+  platform once per process), and every repetition runs one then the other, the first
+  alternating, so that a machine whose speed drifts (a shared VM) cannot favour a side.
 - Ceilings: decode cannot beat reading every weight once per step at the copy bandwidth;
   prefill cannot beat 2 FLOP per parameter per token at the best matmul rate.
 - Host overhead: the bridge's metadata + plan time per step, beside the decode step time.
 - ``--kv-cache-dtype fp8``: both sides keep an fp8 e4m3 KV cache (vLLM's own, or plugin-api's
   through the bridge).
-
-Each configuration runs in its own process (vLLM picks its platform once per process).
 """
 
 from __future__ import annotations
@@ -77,11 +78,9 @@ def _timed(llm: Any, prompts: list[Any], decode: int) -> tuple[float, float, int
     return first[0] - t0, end - first[0], sum(made.values()) - first[1]
 
 
-def measure(
-    model: str, dtype: ModelDType, kv_cache_dtype: str, reps: int, decode: int, quick: bool
-) -> dict[str, Any]:
-    """In this process: build the engine, time prefill and decode per batch."""
-    from vllm import LLM, SamplingParams
+def _engine(model: str, dtype: ModelDType, kv_cache_dtype: str) -> tuple[Any, float]:
+    """vLLM's engine for the bench in this process, and its start time in seconds."""
+    from vllm import LLM
 
     t0 = time.perf_counter()
     llm = LLM(
@@ -93,39 +92,149 @@ def measure(
         seed=0,
         enforce_eager=False,
     )
-    start_s = time.perf_counter() - t0
-    vocab = BENCH_SHAPE.vocab
-    llm.generate(_prompts([64, 80], 0, vocab), SamplingParams(max_tokens=4), use_tqdm=False)
-    out: dict[str, Any] = {"start_s": start_s, "batches": {}}
-    seed = 1
-    for batch, lengths in (QUICK_LENGTHS if quick else BATCH_LENGTHS).items():
-        prefill, decoding = [], []
-        for _ in range(reps):
-            seed += 1
-            p, d, n = _timed(llm, _prompts(lengths, seed, vocab), decode)
-            prefill.append(p)
-            decoding.append(d / n)
-            print(
-                f"    batch {batch}: prefill {p:.2f} s, {n} decode tokens in {d:.2f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-        p, per_token = statistics.median(prefill), statistics.median(decoding)
-        out["batches"][str(batch)] = {
-            "prompt_tokens": sum(lengths),
-            "prefill_s": p,
-            "prefill_tok_s": sum(lengths) / p,
-            "decode_step_s": per_token * batch,
-            "decode_tok_s": 1 / per_token,
-        }
-    if "PLUGIN_API_BACKEND" in os.environ:
-        report = llm.collective_rpc("plugin_api_report")[0]
-        out["report"] = {k: report[k] for k in ("backend", "distribution", "fallbacks", "host")}
-        out["served"] = sorted(
+    return llm, time.perf_counter() - t0
+
+
+def _report(llm: Any) -> dict[str, Any]:
+    """The bridge's report and the implementations that served (empty for vLLM's own side)."""
+    if "PLUGIN_API_BACKEND" not in os.environ:
+        return {}
+    report = llm.collective_rpc("plugin_api_report")[0]
+    return {
+        "report": {k: report[k] for k in ("backend", "distribution", "fallbacks", "host")},
+        "served": sorted(
             {f"{e['kind']}: {e['impl']} [{e['path']}]" for e in report["layers"].values()}
+        ),
+    }
+
+
+def serve(model: str, dtype: ModelDType, kv_cache_dtype: str, decode: int, fds: str) -> None:
+    """One side, in this process: build the engine, then answer the driver's requests, one JSON
+    line each on the pipes ``fds`` ("READ,WRITE"): ``{"lengths": [...], "seed": s}`` runs one
+    timed generation, ``{"report": true}`` returns the bridge's report. Ends at EOF."""
+    from vllm import SamplingParams
+
+    rfd, wfd = (int(v) for v in fds.split(","))
+    with os.fdopen(rfd, "r") as requests, os.fdopen(wfd, "w") as answers:
+        llm, start_s = _engine(model, dtype, kv_cache_dtype)
+        vocab = llm.llm_engine.model_config.get_vocab_size()  # --model may be any checkpoint
+        llm.generate(_prompts([64, 80], 0, vocab), SamplingParams(max_tokens=4), use_tqdm=False)
+        answers.write(json.dumps({"start_s": start_s}) + "\n")
+        answers.flush()
+        for line in requests:
+            ask = json.loads(line)
+            if ask.get("report"):
+                answer = _report(llm)
+            else:
+                prompts = _prompts(ask["lengths"], ask["seed"], vocab)
+                p, d, n = _timed(llm, prompts, decode)
+                answer = {"prefill_s": p, "decode_s": d, "decode_tokens": n}
+            answers.write(json.dumps(answer) + "\n")
+            answers.flush()
+
+
+class Side:
+    """A running side: vLLM in its own process (vLLM picks its platform once per process), kept
+    alive so that the driver can interleave its generations with the other side's."""
+
+    def __init__(self, model: str, dtype: str, bridge: str | None, args: argparse.Namespace):
+        self.name = f"plugin-api {bridge}" if bridge else "vllm"
+        self.dtype = dtype
+        kv = "" if args.kv_cache_dtype == "auto" else f" kv={args.kv_cache_dtype}"
+        self.label = f"{self.name} {dtype}{kv}"
+        print(f"... starting {self.label}", file=sys.stderr, flush=True)
+        ask_r, ask_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        cmd = [sys.executable, "-m", "plugin_api_vllm.bench", "--serve", f"{ask_r},{ans_w}"]
+        cmd += ["--model", model, "--dtype", dtype, "--kv-cache-dtype", args.kv_cache_dtype]
+        cmd += ["--decode", str(args.decode)]
+        # vLLM's log, shown if the side fails; the Side owns it (closed in close())
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd,
+            env=side_env(bridge, "4"),
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+            pass_fds=(ask_r, ans_w),
         )
-    del llm
-    return out
+        os.close(ask_r)
+        os.close(ans_w)
+        self.asks = os.fdopen(ask_w, "w")
+        self.answers = os.fdopen(ans_r, "r")
+        self.start_s = float(self._answer()["start_s"])
+
+    def _answer(self) -> dict[str, Any]:
+        line = self.answers.readline()
+        if not line:
+            self.proc.wait()
+            self.log.seek(0)
+            sys.stderr.write(self.log.read()[-6000:])
+            raise SystemExit(f"{self.label} failed (exit {self.proc.returncode})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        self.asks.write(json.dumps(request) + "\n")
+        self.asks.flush()
+        return self._answer()
+
+    def __enter__(self) -> Side:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.asks.close()  # EOF: the side exits
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.answers.close()
+        self.log.close()
+
+
+def compare(sides: list[Side], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Time every side on the same prompts, interleaved: each repetition runs every side in
+    turn, first side alternating (A B, B A, ...), so that a machine whose speed drifts during
+    the run (a shared VM) slows both sides alike rather than whichever ran last."""
+    runs: dict[str, dict[str, list[float]]] = {s.label: {} for s in sides}
+    batches = QUICK_LENGTHS if args.quick else BATCH_LENGTHS
+    seed = 1
+    for batch, lengths in batches.items():
+        for rep in range(args.reps):
+            seed += 1
+            for side in sides if rep % 2 == 0 else sides[::-1]:
+                t = side.ask(lengths=lengths, seed=seed)
+                got = runs[side.label]
+                got.setdefault(f"{batch}/prefill", []).append(t["prefill_s"])
+                got.setdefault(f"{batch}/decode", []).append(t["decode_s"] / t["decode_tokens"])
+                print(
+                    f"    {side.label} batch {batch}: prefill {t['prefill_s']:.2f} s, "
+                    f"{t['decode_tokens']} decode tokens in {t['decode_s']:.2f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    results = []
+    for side in sides:
+        got = runs[side.label]
+        out: dict[str, Any] = {"side": side.name, "dtype": side.dtype, "label": side.label}
+        out |= {"start_s": side.start_s, "batches": {}}
+        for batch, lengths in batches.items():
+            p = statistics.median(got[f"{batch}/prefill"])
+            per_token = statistics.median(got[f"{batch}/decode"])
+            out["batches"][str(batch)] = {
+                "prompt_tokens": sum(lengths),
+                "prefill_s": p,
+                "prefill_s_runs": got[f"{batch}/prefill"],
+                "prefill_tok_s": sum(lengths) / p,
+                "decode_step_s": per_token * batch,
+                "decode_tok_s": 1 / per_token,
+            }
+        out |= side.ask(report=True)
+        results.append(out)
+    return results
 
 
 def ceilings(params: int) -> dict[str, float]:
@@ -140,30 +249,6 @@ def ceilings(params: int) -> dict[str, float]:
         cpu, copy_buffer_bytes(cpu_llc().bytes), QUICK, synchronizer(cpu), stop_after_s=0.3
     )
     return {"copy_GBps": c.bandwidth / 1e9, "matmul_TFLOPs": c.peak_flops / 1e12}
-
-
-def _side(model: str, dtype: str, bridge: str | None, args: argparse.Namespace) -> dict[str, Any]:
-    env = side_env(bridge, "4")
-    name = f"plugin-api {bridge}" if bridge else "vllm"
-    print(f"... {name} {dtype}", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "side.json"
-        cmd = [sys.executable, "-m", "plugin_api_vllm.bench", "--side", out.as_posix()]
-        cmd += ["--model", model, "--dtype", dtype, "--reps", str(args.reps)]
-        cmd += ["--kv-cache-dtype", args.kv_cache_dtype]
-        cmd += ["--decode", str(args.decode)] + (["--quick"] if args.quick else [])
-        r = subprocess.run(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        progress = [line for line in r.stderr.splitlines() if line.startswith("    batch")]
-        print("\n".join(progress), file=sys.stderr, flush=True)
-        if r.returncode != 0:
-            sys.stderr.write(r.stderr[-6000:])
-            raise SystemExit(f"{name} {dtype} failed (exit {r.returncode})")
-        result: dict[str, Any] = json.loads(out.read_text())
-    kv = "" if args.kv_cache_dtype == "auto" else f" kv={args.kv_cache_dtype}"
-    result |= {"side": name, "dtype": dtype, "label": f"{name} {dtype}{kv}"}
-    return result
 
 
 def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> str:
@@ -222,13 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="shorter prompts, for a smoke run")
     ap.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
-    ap.add_argument("--side", help=argparse.SUPPRESS)  # one configuration, in this process
+    ap.add_argument("--serve", help=argparse.SUPPRESS)  # one side, in this process (see Side)
     args = ap.parse_args(argv)
-    if args.side:
-        result = measure(
-            args.model, args.dtype, args.kv_cache_dtype, args.reps, args.decode, args.quick
-        )
-        Path(args.side).write_text(json.dumps(result))
+    if args.serve:
+        serve(args.model, args.dtype, args.kv_cache_dtype, args.decode, args.serve)
         return 0
     bridge = os.environ.get("PLUGIN_API_BACKEND", "auto")
     model = args.model or str(cached("bench-0.49b", "llama", BENCH_SHAPE))
@@ -236,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     ceil = ceilings(params)
     sides = []
     for dtype in args.dtypes.split(","):
-        sides.append(_side(model, dtype, None, args))
-        sides.append(_side(model, dtype, bridge, args))
+        with Side(model, dtype, None, args) as own, Side(model, dtype, bridge, args) as ours:
+            sides += compare([own, ours], args)
     ceil_end = ceilings(params)
     ceil["copy_GBps_end"] = ceil_end["copy_GBps"]
     print(table(sides, ceil, params))
