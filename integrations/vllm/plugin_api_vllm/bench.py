@@ -198,7 +198,9 @@ class Side:
 def compare(sides: list[Side], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Time every side on the same prompts, interleaved: each repetition runs every side in
     turn, first side alternating (A B, B A, ...), so that a machine whose speed drifts during
-    the run (a shared VM) slows both sides alike rather than whichever ran last."""
+    the run (a shared VM) slows both sides alike rather than whichever ran last. Each side after
+    the first (vLLM's own) also gets its speed-up over the first per repetition ("paired"):
+    the two runs of a repetition are neighbours in time, so their ratio drifts least."""
     runs: dict[str, dict[str, list[float]]] = {s.label: {} for s in sides}
     batches = QUICK_LENGTHS if args.quick else BATCH_LENGTHS
     seed = 1
@@ -221,17 +223,27 @@ def compare(sides: list[Side], args: argparse.Namespace) -> list[dict[str, Any]]
         got = runs[side.label]
         out: dict[str, Any] = {"side": side.name, "dtype": side.dtype, "label": side.label}
         out |= {"start_s": side.start_s, "batches": {}}
+        own = runs[sides[0].label]
         for batch, lengths in batches.items():
             p = statistics.median(got[f"{batch}/prefill"])
             per_token = statistics.median(got[f"{batch}/decode"])
-            out["batches"][str(batch)] = {
+            m = out["batches"][str(batch)] = {
                 "prompt_tokens": sum(lengths),
                 "prefill_s": p,
                 "prefill_s_runs": got[f"{batch}/prefill"],
                 "prefill_tok_s": sum(lengths) / p,
                 "decode_step_s": per_token * batch,
+                "decode_step_s_runs": [t * batch for t in got[f"{batch}/decode"]],
                 "decode_tok_s": 1 / per_token,
             }
+            if side is not sides[0]:
+                m["paired"] = {
+                    phase: [a / b for a, b in zip(own[key], got[key], strict=True)]
+                    for phase, key in (
+                        ("prefill", f"{batch}/prefill"),
+                        ("decode", f"{batch}/decode"),
+                    )
+                }
         out |= side.ask(report=True)
         results.append(out)
     return results
@@ -251,11 +263,18 @@ def ceilings(params: int) -> dict[str, float]:
     return {"copy_GBps": c.bandwidth / 1e9, "matmul_TFLOPs": c.peak_flops / 1e12}
 
 
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+
+
 def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> str:
-    """One row per (side, dtype, batch), with ratios against vLLM's better dtype."""
+    """One row per (side, dtype, batch), with ratios against vLLM's better dtype, and the
+    paired speed-up over vLLM's own side of the same dtype (median [lowest-highest] of the
+    per-repetition ratios)."""
     rows = [
-        "| run | batch | prefill tok/s | decode tok/s | vs vLLM best (prefill / decode) |",
-        "|---|---|---|---|---|",
+        "| run | batch | prefill tok/s | decode tok/s | vs vLLM best (prefill / decode) "
+        "| paired, same dtype (prefill / decode) |",
+        "|---|---|---|---|---|---|",
     ]
     for batch in sorted({b for s in sides for b in s["batches"]}, key=int):
         own = [s["batches"][batch] for s in sides if s["side"] == "vllm"]
@@ -263,10 +282,12 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> s
         best_d = max(o["decode_tok_s"] for o in own)
         for s in sides:
             m = s["batches"][batch]
+            paired = m.get("paired")
+            pair = " / ".join(_spread(paired[k]) for k in ("prefill", "decode")) if paired else "-"
             rows.append(
                 f"| {s['label']} | {batch} | {m['prefill_tok_s']:.1f} | "
                 f"{m['decode_tok_s']:.2f} | {m['prefill_tok_s'] / best_p:.2f}x / "
-                f"{m['decode_tok_s'] / best_d:.2f}x |"
+                f"{m['decode_tok_s'] / best_d:.2f}x | {pair} |"
             )
     bf16_bytes = 2 * params
     lines = [

@@ -38,7 +38,13 @@ def test_bench_interleaves_the_sides_and_reports_the_bridge(
         for batch in ("1", "8"):
             m = side["batches"][batch]
             assert len(m["prefill_s_runs"]) == 2 and m["prefill_tok_s"] > 0
-            assert m["decode_tok_s"] > 0
+            assert m["decode_tok_s"] > 0 and len(m["decode_step_s_runs"]) == 2
+    for batch in ("1", "8"):  # the bridge's per-repetition speed-ups over vLLM's own side
+        own_runs, m = sides[own]["batches"][batch], sides[ours]["batches"][batch]
+        pairs = zip(own_runs["prefill_s_runs"], m["prefill_s_runs"], strict=True)
+        speedup = [a / b for a, b in pairs]
+        assert m["paired"]["prefill"] == speedup and len(m["paired"]["decode"]) == 2
+        assert "paired" not in own_runs
     report = sides[ours]["report"]
     assert report["backend"] == "cpu-arm-acl" and report["fallbacks"] == []
     served = sides[ours]["served"]
@@ -46,4 +52,5 @@ def test_bench_interleaves_the_sides_and_reports_the_bridge(
     assert kinds == {"attention", "linear", "lm_head"}, served
     assert all(line.endswith("[native]") for line in served), served
     assert "report" not in sides[own]
-    assert f"| {ours} | 8 |" in r.stdout
+    row = next(line for line in r.stdout.splitlines() if line.startswith(f"| {ours} | 8 |"))
+    assert row.count("x [") == 2, row  # the paired column: median [lowest-highest], twice
