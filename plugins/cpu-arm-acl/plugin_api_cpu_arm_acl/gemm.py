@@ -40,7 +40,8 @@ from plugin_api.contract.provenance import note_kernel
 from plugin_api.device_info import DeviceInfo
 from plugin_api.errors import FallbackRefused
 from plugin_api.ops import checks
-from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
+from plugin_api.ops.gemm import HUGE_OUT_BYTES, GemmProblem, GemmSpec, problem_of
+from plugin_api.ops.huge_pages import advise_huge_pages
 from plugin_api.ops.primitive_cache import PrimitiveCache
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import read_settings
@@ -449,7 +450,10 @@ class OneDnnGemm:
             bufs = self._scratch.staging = {}
         buf = bufs.get((role, cols, dtype))
         if buf is None or buf.shape[0] < rows:
-            buf = bufs[(role, cols, dtype)] = torch.zeros(rows, cols, dtype=dtype)
+            buf = torch.empty(rows, cols, dtype=dtype)
+            if buf.nbytes >= HUGE_OUT_BYTES:
+                advise_huge_pages(buf)  # before the first write, as the host's own large outputs
+            buf = bufs[(role, cols, dtype)] = buf.zero_()
         return buf[:rows]
 
     def _dense(self, t: torch.Tensor, role: str) -> torch.Tensor:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import platform
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +21,7 @@ from plugin_api.machines import MACHINES
 from plugin_api.ops import gemm
 from plugin_api.ops.attention import AttentionSpec
 from plugin_api.ops.gemm import GemmProblem, GemmSpec
+from plugin_api.ops.huge_pages import thp_mode
 from plugin_api.reference.gemm import ReferenceGemm
 from plugin_api.selection import PluginApiWarning
 from plugin_api.settings import Settings
@@ -320,6 +323,45 @@ def test_unpack_gives_back_the_weights_bit_for_bit(onednn_backend, n):
         assert torch.equal(out, w), threads
     with pytest.raises(RuntimeError, match="unpack out must be bf16"):
         extension().ops.unpack(packed.packed, torch.empty(n, 1024), 1)
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(a, 16) for a in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("impl_name", ["onednn", "panel"])
+def test_packed_weights_of_4_mib_or_more_ask_for_huge_pages(onednn_backend, impl_name):
+    """The GEMV streams every weight once per decode step, so packed weights of 4 MiB or more
+    sit in memory that asked for transparent huge pages before it was written (a 2 KiB weight
+    does not ask); the products are the oracle's either way."""
+    if sys.platform != "linux" or thp_mode() is None:
+        pytest.skip("transparent huge pages are a Linux feature with a readable THP mode")
+    impl = OneDnnGemm(threads=2) if impl_name == "onednn" else PanelGemm(threads=2)
+    for n, k, huge in ((2048, 1024, True), (32, 32, False)):
+        spec = GemmSpec(n, k, BF16, BF16, "linear")
+        w = _rand(n, k, seed=7, scale=0.05)
+        try:
+            packed = impl.prepare(spec, w, None)
+        except RuntimeError as e:  # the panel kernels of this machine's ISA are not built
+            pytest.skip(str(e))
+        if impl_name == "onednn":
+            assert packed.packed.huge_pages() is huge, (n, k)
+        else:
+            assert ("hg" in _vm_flags(packed.panels.data_ptr())) is huge, (n, k)
+        x = _rand(3, k, seed=8)
+        out = torch.full((3, n), float("nan"), dtype=BF16)
+        impl.mm(spec, x, packed, None, out)
+        exact = x.double() @ w.double().t()
+        torch.testing.assert_close(out.double(), exact, atol=2e-2, rtol=1.6e-2)
 
 
 def test_linear_many_rows_run_torch_matmul_per_large_m_policy(onednn_backend):

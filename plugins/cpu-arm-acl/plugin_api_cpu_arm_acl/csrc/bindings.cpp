@@ -2,10 +2,12 @@
 // Every tensor is checked here too, so that a direct call cannot hand a kernel a bad pointer.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
 #include <stdexcept>
 
+#include "huge_pages.h"
 #include "kernels.h"
 
 namespace pa_onednn {
@@ -50,6 +52,7 @@ struct PackedWeights : torch::CustomClassHolder {
   std::shared_ptr<Packed> p;
   MatmulConf conf;
   int64_t nbytes() const { return packed_bytes(*p); }
+  bool huge_pages() const { return packed_huge_pages(*p); }
   std::string layout() const { return packed_layout(*p); }
 };
 
@@ -222,8 +225,17 @@ Tensor panel_pack(const Tensor& w, int64_t threads) {
   TORCH_CHECK(dt != kF32 && w.dim() == 2 && w.is_contiguous() && w.numel() > 0,
               "pa_cpu_onednn: weight must be [N, K] bf16, fp16 or int8, contiguous");
   const int64_t n = w.size(0), k = w.size(1);
-  Tensor out = at::empty({panel_count(n), panel_steps(dt, k), 32 / w.element_size()},
-                         w.options());
+  const std::vector<int64_t> sizes{panel_count(n), panel_steps(dt, k), 32 / w.element_size()};
+  const size_t bytes = static_cast<size_t>(sizes[0] * sizes[1] * 32);
+  Tensor out;
+  if (bytes >= kHugePagesFrom) {
+    bool asked = false;  // a hint: the panels are the same either way
+    HugeBuffer buffer = huge_page_buffer(bytes, &asked);
+    out = at::from_blob(buffer.get(), sizes, FreeDeleter(), w.options());
+    buffer.release();  // the tensor owns it now
+  } else {
+    out = at::empty(sizes, w.options());
+  }
   rethrow([&] {
     pack_panels(w.data_ptr(), dt, n, k, out.data_ptr(), threads);
     return 0;
@@ -266,6 +278,7 @@ TORCH_LIBRARY(pa_cpu_onednn, m) {
   using namespace pa_onednn;
   m.class_<PackedWeights>("PackedWeights")
       .def("nbytes", &PackedWeights::nbytes)
+      .def("huge_pages", &PackedWeights::huge_pages)
       .def("layout", &PackedWeights::layout);
   m.class_<Primitive>("Primitive")
       .def("run", &Primitive::run)

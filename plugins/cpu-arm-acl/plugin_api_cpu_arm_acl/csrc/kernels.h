@@ -31,6 +31,8 @@ struct Matmul;  // a oneDNN matmul primitive and its descriptor
 // would run reference code. w_scale ([n] fp32) is kept for scaled problems.
 std::shared_ptr<Packed> pack_weights(const void* w, const float* w_scale, const MatmulConf& conf);
 int64_t packed_bytes(const Packed& p);
+// Whether p's memory asked for transparent huge pages and the kernel took the request.
+bool packed_huge_pages(const Packed& p);
 std::string packed_layout(const Packed& p);
 
 // A primitive for `conf` whose weights are in p's layout. Throws std::runtime_error when

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "huge_pages.h"
 #include "kernels.h"
 
 namespace pa_onednn {
@@ -102,6 +103,8 @@ memory::desc packed_layout_for(const MatmulConf& conf) {
 }  // namespace
 
 struct Packed {
+  HugeBuffer buffer;  // mem's data, for weights of kHugePagesFrom or more (freed after mem)
+  bool huge_pages = false;  // the buffer asked for huge pages and the kernel took the request
   memory mem;
   std::vector<float> w_scale;
   MatmulConf conf;  // the problem it was packed for
@@ -119,7 +122,13 @@ std::shared_ptr<Packed> pack_weights(const void* w, const float* w_scale, const 
   memory::desc user({conf.k, conf.n}, type_of(conf.b), memory::dims{1, conf.k});
   memory src(user, engine(), const_cast<void*>(w));
   auto out = std::make_shared<Packed>();
-  out->mem = memory(packed_layout_for(conf), engine());
+  const auto layout = packed_layout_for(conf);
+  if (layout.get_size() >= kHugePagesFrom) {
+    out->buffer = huge_page_buffer(layout.get_size(), &out->huge_pages);
+    out->mem = memory(layout, engine(), out->buffer.get());
+  } else {
+    out->mem = memory(layout, engine());
+  }
   out->conf = conf;
   dnnl::stream s(engine());
   dnnl::reorder(src, out->mem).execute(s, src, out->mem);
@@ -129,6 +138,8 @@ std::shared_ptr<Packed> pack_weights(const void* w, const float* w_scale, const 
 }
 
 int64_t packed_bytes(const Packed& p) { return static_cast<int64_t>(p.mem.get_desc().get_size()); }
+
+bool packed_huge_pages(const Packed& p) { return p.huge_pages; }
 
 std::string packed_layout(const Packed& p) {
   const auto d = p.mem.get_desc();
