@@ -7,7 +7,7 @@ from __future__ import annotations
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 
-from . import kernel_probe, prebuilt
+from . import kernel_probe, pages, prebuilt
 from .isa import ARM, X86, bf16_matmul, int8_matmul_exact, isa_name
 from .locate import FACT_ACL, FACT_MISSING, FACT_ROOT, FACT_VERSION
 from .settings import ROOT
@@ -34,6 +34,7 @@ def probe(info: DeviceInfo) -> Availability:
         return Availability.unavailable(f"{info.cpu_model} ({isa}): {onednn} failed: {failed}")
     kernels = [line] if (line := kernel_probe.describe(info)) else []
     kernels += [line] if (line := _native_origin(info)) else []
+    kernels += [line] if (line := pages.describe(info)) else []
     if info.machine in ARM:
         if info.fact(FACT_ACL) == "yes":
             slow = kernel_probe.slow_bf16(info) if bf16_matmul(info) else None

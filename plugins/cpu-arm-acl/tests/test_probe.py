@@ -9,7 +9,8 @@ import pytest
 
 from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
 from plugin_api.machines import MACHINES
-from plugin_api_cpu_arm_acl import locate
+from plugin_api.ops.huge_pages import thp_mode
+from plugin_api_cpu_arm_acl import locate, pages
 from plugin_api_cpu_arm_acl.isa import bf16_matmul, int8_matmul_exact, isa_name
 from plugin_api_cpu_arm_acl.probe import probe
 
@@ -91,3 +92,24 @@ def test_this_machine_reads_the_installed_onednn():
     assert info.fact(locate.FACT_VERSION) == found.version
     assert found.library.exists() and (found.include / "oneapi" / "dnnl" / "dnnl.hpp").exists()
     assert probe(info).usable, probe(info).reasons
+
+
+@pytest.mark.parametrize(
+    "mode,line",
+    [
+        ("madvise", "packed weights of 4 MiB or more ask for transparent huge pages (THP mode "),
+        ("always", "ask for transparent huge pages (THP mode 'always')"),
+        ("never", "THP mode 'never': packed weights get 4 KB pages"),
+        (None, None),
+    ],
+)
+def test_the_probe_says_whether_packed_weights_get_huge_pages(mode, line):
+    facts = ONEDNN_X86 | ({} if mode is None else {pages.FACT_THP: mode})
+    reasons = probe(x86(AVX512, facts)).reasons
+    said = [r for r in reasons if "4 KB pages" in r or "huge pages" in r]
+    assert said == [] if line is None else len(said) == 1 and line in said[0], reasons
+
+
+def test_the_thp_fact_is_this_machines_mode():
+    mode = thp_mode()
+    assert pages.facts() == ({} if mode is None else {pages.FACT_THP: mode})
