@@ -362,8 +362,8 @@ def test_packed_weights_of_4_mib_or_more_ask_for_huge_pages(onednn_backend, impl
         packed = impl.prepare(spec, w, None)
         if impl_name == "onednn":
             assert packed.packed.huge_pages() is huge, (n, k)
-        else:
-            assert ("hg" in _vm_flags(packed.panels.data_ptr())) is huge, (n, k)
+        elif huge:  # a small tensor can sit in a heap mapping that another buffer advised
+            assert "hg" in _vm_flags(packed.panels.data_ptr()), (n, k)
         x = _rand(3, k, seed=8)
         out = torch.full((3, n), float("nan"), dtype=BF16)
         impl.mm(spec, x, packed, None, out)
