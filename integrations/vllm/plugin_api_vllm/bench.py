@@ -16,6 +16,8 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
 - Ceilings: decode cannot beat reading every weight once per step at the copy bandwidth;
   prefill cannot beat 2 FLOP per parameter per token at the best matmul rate.
 - Host overhead: the bridge's metadata + plan time per step, beside the decode step time.
+- Resources: the cores each side's model process may run on (vLLM binds its CPU worker), so a
+  reader sees that both sides had the same.
 - ``--kv-cache-dtype fp8``: both sides keep an fp8 e4m3 KV cache (vLLM's own, or plugin-api's
   through the bridge).
 """
@@ -133,6 +135,47 @@ def serve(model: str, dtype: ModelDType, kv_cache_dtype: str, decode: int, fds: 
             answers.flush()
 
 
+WORKER = "VLLM::Worker"  # the process title of vLLM's worker (a suffix per rank under TP)
+
+
+def _cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise RuntimeError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone since the listing
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:  # field 4, after "(comm)"
+            kids.append(int(entry.name))
+    return kids
+
+
+def model_cores(pid: int, worker: str = WORKER) -> str:
+    """The cores the process that runs the model may use, as Linux lists them ("0", "0-3"): the
+    first descendant of ``pid`` named ``worker`` (vLLM's worker when the engine core runs in
+    its own process), else ``pid`` itself (the engine in-process)."""
+    todo = [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            try:
+                name = Path(f"/proc/{child}/comm").read_text().strip()
+            except OSError:
+                continue
+            if name.startswith(worker):
+                return _cpus_allowed(child)
+            todo.append(child)
+    return _cpus_allowed(pid)
+
+
 class Side:
     """A running side: vLLM in its own process (vLLM picks its platform once per process), kept
     alive so that the driver can interleave its generations with the other side's."""
@@ -162,6 +205,7 @@ class Side:
         self.asks = os.fdopen(ask_w, "w")
         self.answers = os.fdopen(ans_r, "r")
         self.start_s = float(self._answer()["start_s"])
+        self.cores = model_cores(self.proc.pid)  # vLLM bound its worker while starting
 
     def _answer(self) -> dict[str, Any]:
         line = self.answers.readline()
@@ -222,7 +266,7 @@ def compare(sides: list[Side], args: argparse.Namespace) -> list[dict[str, Any]]
     for side in sides:
         got = runs[side.label]
         out: dict[str, Any] = {"side": side.name, "dtype": side.dtype, "label": side.label}
-        out |= {"start_s": side.start_s, "batches": {}}
+        out |= {"start_s": side.start_s, "model_cores": side.cores, "batches": {}}
         own = runs[sides[0].label]
         for batch, lengths in batches.items():
             p = statistics.median(got[f"{batch}/prefill"])
@@ -299,6 +343,9 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> s
         f"{ceil['matmul_TFLOPs']:.2f} TFLOP/s -> prefill at most "
         f"{ceil['matmul_TFLOPs'] * 1e12 / (2 * params):.0f} tok/s",
     ]
+    cores = "; ".join(f"{s['label']}: {s['model_cores']}" for s in sides if "model_cores" in s)
+    if cores:
+        lines.append(f"cores each side's model process may use: {cores}")
     for s in sides:
         host = (s.get("report") or {}).get("host")
         if host and host["steps"]:
