@@ -14,7 +14,9 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
   platform once per process), and every repetition runs one then the other, the first
   alternating, so that a machine whose speed drifts (a shared VM) cannot favour a side.
 - Ceilings: decode cannot beat reading every weight once per step at the copy bandwidth;
-  prefill cannot beat 2 FLOP per parameter per token at the best matmul rate.
+  prefill cannot beat 2 FLOP per parameter per token at the best matmul rate. Measured at the
+  start and end on the whole machine (its drift), and at the end on the cores the sides' model
+  processes had, one thread per core: the bounds the table quotes.
 - Host overhead: the bridge's metadata + plan time per step, beside the decode step time.
 - Resources: the cores each side's model process may run on (vLLM binds its CPU worker), so a
   reader sees that both sides had the same.
@@ -293,8 +295,8 @@ def compare(sides: list[Side], args: argparse.Namespace) -> list[dict[str, Any]]
     return results
 
 
-def ceilings(params: int) -> dict[str, float]:
-    """Copy bandwidth and the best matmul rate, measured now on this machine."""
+def ceilings() -> dict[str, float]:
+    """Copy bandwidth and the best matmul rate, measured now by this process's torch threads."""
     import torch
 
     from plugin_api.bench.ceilings import copy_buffer_bytes, measure_ceilings
@@ -304,14 +306,40 @@ def ceilings(params: int) -> dict[str, float]:
     c = measure_ceilings(
         cpu, copy_buffer_bytes(cpu_llc().bytes), QUICK, synchronizer(cpu), stop_after_s=0.3
     )
-    return {"copy_GBps": c.bandwidth / 1e9, "matmul_TFLOPs": c.peak_flops / 1e12}
+    rates = {"copy_GBps": c.bandwidth / 1e9, "matmul_TFLOPs": c.peak_flops / 1e12}
+    return rates | {"threads": torch.get_num_threads()}
+
+
+def cpu_set(cores: str) -> set[int]:
+    """A CPU list as Linux writes it ("0-1,4") as the set of its cores."""
+    out: set[int] = set()
+    for part in cores.split(","):
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def ceilings_on(cores: str) -> dict[str, float]:
+    """``ceilings`` with this thread bound to ``cores`` and one torch thread per core: what a
+    side's model process had (vLLM's worker runs one thread per core it is bound to)."""
+    import torch
+
+    chosen = cpu_set(cores)
+    affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, chosen)
+    torch.set_num_threads(len(chosen))
+    try:
+        return ceilings()
+    finally:
+        os.sched_setaffinity(0, affinity)
+        torch.set_num_threads(threads)
 
 
 def _spread(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
-def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> str:
+def table(sides: list[dict[str, Any]], ceil: dict[str, float], bounds: dict[str, int]) -> str:
     """One row per (side, dtype, batch), with ratios against vLLM's better dtype, and the
     paired speed-up over vLLM's own side of the same dtype (median [lowest-highest] of the
     per-repetition ratios)."""
@@ -333,19 +361,28 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], params: int) -> s
                 f"{m['decode_tok_s']:.2f} | {m['prefill_tok_s'] / best_p:.2f}x / "
                 f"{m['decode_tok_s'] / best_d:.2f}x | {pair} |"
             )
-    bf16_bytes = 2 * params
+    step_bytes, token_flop = bounds["decode_bytes_per_step"], bounds["prefill_flop_per_token"]
     lines = [
         *rows,
         "",
-        f"ceilings (this run): copy {ceil['copy_GBps']:.1f} GB/s at the start, "
-        f"{ceil.get('copy_GBps_end', float('nan')):.1f} at the end -> bf16 decode at most "
-        f"{ceil['copy_GBps'] * 1e9 / bf16_bytes:.1f} steps/s; matmul "
-        f"{ceil['matmul_TFLOPs']:.2f} TFLOP/s -> prefill at most "
-        f"{ceil['matmul_TFLOPs'] * 1e12 / (2 * params):.0f} tok/s",
+        f"ceilings of the whole machine ({ceil['threads']:.0f} threads): copy "
+        f"{ceil['copy_GBps']:.1f} GB/s at the start, "
+        f"{ceil.get('copy_GBps_end', float('nan')):.1f} at the end; matmul "
+        f"{ceil['matmul_TFLOPs']:.2f} TFLOP/s",
     ]
-    cores = "; ".join(f"{s['label']}: {s['model_cores']}" for s in sides if "model_cores" in s)
-    if cores:
-        lines.append(f"cores each side's model process may use: {cores}")
+    cores = {s["model_cores"] for s in sides if "model_cores" in s}
+    model = ceil.get("model_copy_GBps")
+    if len(cores) == 1 and model is not None:
+        lines.append(
+            f"ceilings on the cores both sides' model processes had ({cores.pop()}, "
+            f"{ceil['model_threads']:.0f} thread(s)): copy {model:.1f} GB/s -> bf16 decode "
+            f"at most {model * 1e9 / step_bytes:.1f} steps/s; matmul "
+            f"{ceil['model_matmul_TFLOPs']:.2f} TFLOP/s -> prefill at most "
+            f"{ceil['model_matmul_TFLOPs'] * 1e12 / token_flop:.0f} tok/s"
+        )
+    elif cores:
+        each = "; ".join(f"{s['label']}: {s['model_cores']}" for s in sides)
+        lines.append(f"the sides' model processes had different cores: {each}")
     for s in sides:
         host = (s.get("report") or {}).get("host")
         if host and host["steps"]:
@@ -382,33 +419,56 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bridge = os.environ.get("PLUGIN_API_BACKEND", "auto")
     model = args.model or str(cached("bench-0.49b", "llama", BENCH_SHAPE))
-    params = _params(model)
-    ceil = ceilings(params)
+    counts = weight_counts(model)
+    bounds = work(counts)
+    ceil = ceilings()
     sides = []
     for dtype in args.dtypes.split(","):
         with Side(model, dtype, None, args) as own, Side(model, dtype, bridge, args) as ours:
             sides += compare([own, ours], args)
-    ceil_end = ceilings(params)
-    ceil["copy_GBps_end"] = ceil_end["copy_GBps"]
-    print(table(sides, ceil, params))
+    ceil["copy_GBps_end"] = ceilings()["copy_GBps"]
+    cores = {s["model_cores"] for s in sides}
+    if len(cores) == 1:  # the bounds for the sides: their cores, one thread each
+        ceil |= {f"model_{k}": v for k, v in ceilings_on(cores.pop()).items()}
+    print(table(sides, ceil, bounds))
     if args.json:
-        data = {"model": model, "params": params, "ceilings": ceil, "sides": sides}
+        data = {"model": model, "params": counts["total"], "weights": counts, "bounds": bounds}
+        data |= {"ceilings": ceil, "sides": sides}
         Path(args.json).write_text(json.dumps(data, indent=1))
     return 0
 
 
-def _params(model: str) -> int:
+def weight_counts(model: str) -> dict[str, int]:
+    """Parameters of the checkpoint: all of them, the embedding's and the LM head's (0 where the
+    head is the embedding, tied)."""
     from safetensors import safe_open
 
-    total = 0
+    counts = {"total": 0, "embedding": 0, "lm_head": 0}
     for f in Path(model).glob("*.safetensors"):
         with safe_open(str(f), "pt") as st:
             for k in st.keys():  # noqa: SIM118 (safe_open is not iterable)
                 n = 1
                 for d in st.get_slice(k).get_shape():
                     n *= d
-                total += n
-    return total
+                counts["total"] += n
+                if k.endswith("embed_tokens.weight"):
+                    counts["embedding"] += n
+                elif k.endswith("lm_head.weight"):
+                    counts["lm_head"] += n
+    return counts
+
+
+def work(counts: dict[str, int]) -> dict[str, int]:
+    """What bounds each phase: the bf16 bytes a decode step must read (every weight but the
+    embedding's rows, which a step only gathers, unless the embedding is also the head) and the
+    FLOP a prompt token needs at least (2 per weight it multiplies: not the embedding's, not the
+    head's, which runs once per sequence; attention adds to it)."""
+    head = counts["lm_head"]
+    read = counts["total"] - (counts["embedding"] if head else 0)
+    return {
+        "decode_bytes_per_step": 2 * read,
+        "prefill_flop_per_token": 2 * (counts["total"] - counts["embedding"] - head),
+    }
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_api_vllm.bench import model_cores
+from plugin_api_vllm.bench import cpu_set, model_cores, weight_counts, work
 
 
 @pytest.mark.needs_vllm
@@ -58,10 +58,15 @@ def test_bench_interleaves_the_sides_and_reports_the_bridge(
     assert kinds == {"attention", "linear", "lm_head"}, served
     assert all(line.endswith("[native]") for line in served), served
     assert "report" not in sides[own]
-    # both sides' model processes were allowed the same cores, and the table says which
-    assert sides[own]["model_cores"] == sides[ours]["model_cores"] != ""
-    cores = f"{own}: {sides[own]['model_cores']}; {ours}: {sides[ours]['model_cores']}"
-    assert f"cores each side's model process may use: {cores}" in r.stdout
+    # both sides' model processes had the same cores; the bounds quoted are measured on them
+    cores = sides[own]["model_cores"]
+    assert sides[ours]["model_cores"] == cores != ""
+    ceil = data["ceilings"]
+    assert ceil["model_threads"] == len(cpu_set(cores)) and ceil["model_copy_GBps"] > 0
+    assert ceil["model_matmul_TFLOPs"] > 0 and ceil["threads"] >= 1
+    assert data["bounds"] == work(weight_counts(str(tiny_models["llama"])))
+    bound = f"ceilings on the cores both sides' model processes had ({cores}, "
+    assert any(line.startswith(bound) for line in r.stdout.splitlines()), r.stdout
     row = next(line for line in r.stdout.splitlines() if line.startswith(f"| {ours} | 8 |"))
     assert row.count("x [") == 2, row  # the paired column: median [lowest-highest], twice
 
@@ -100,8 +105,35 @@ def test_model_cores_finds_the_worker_below_the_side_process(tmp_path: Path) -> 
             time.sleep(0.05)
         assert ready.exists(), "the worker process did not start"
         assert model_cores(side.pid) == str(core)
-        own = _cpu_list(os.sched_getaffinity(side.pid))
-        assert model_cores(side.pid, worker="no-such-name") == own
+        own = os.sched_getaffinity(side.pid)
+        assert model_cores(side.pid, worker="no-such-name") == _cpu_list(own)
+        assert cpu_set(_cpu_list(own)) == own and cpu_set("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
     finally:
         os.killpg(side.pid, signal.SIGKILL)
         side.wait()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_bounds_count_what_each_phase_must_do(tmp_path: Path, tied: bool) -> None:
+    """Decode reads every weight but the embedding (unless it is also the head); a prompt token
+    multiplies every weight but the embedding and the head. Checked on a checkpoint written here."""
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {
+        "model.embed_tokens.weight": torch.zeros(100, 8),
+        "model.layers.0.mlp.up_proj.weight": torch.zeros(16, 8),
+        "model.norm.weight": torch.zeros(8),
+    }
+    if not tied:
+        tensors["lm_head.weight"] = torch.zeros(100, 8)
+    half = dict(list(tensors.items())[:2])  # two shards, as large checkpoints come
+    save_file(half, str(tmp_path / "model-00001-of-00002.safetensors"))
+    rest = {k: v for k, v in tensors.items() if k not in half}
+    save_file(rest, str(tmp_path / "model-00002-of-00002.safetensors"))
+    counts = weight_counts(str(tmp_path))
+    head = 0 if tied else 800
+    assert counts == {"total": 800 + 128 + 8 + head, "embedding": 800, "lm_head": head}
+    bounds = work(counts)
+    read = 128 + 8 + 800  # the head: the lm_head's own weight, or the embedding when tied
+    assert bounds == {"decode_bytes_per_step": 2 * read, "prefill_flop_per_token": 2 * 136}
