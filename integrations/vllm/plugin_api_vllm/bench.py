@@ -13,10 +13,11 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
 - Interleaved: both sides of a dtype stay loaded, each in its own process (vLLM picks its
   platform once per process), and every repetition runs one then the other, the first
   alternating, so that a machine whose speed drifts (a shared VM) cannot favour a side.
-- Ceilings: decode cannot beat reading every weight once per step at the copy bandwidth;
-  prefill cannot beat 2 FLOP per parameter per token at the best matmul rate. Measured at the
-  start and end on the whole machine (its drift), and at the end on the cores the sides' model
-  processes had, one thread per core: the bounds the table quotes.
+- Ceilings: decode cannot beat reading every weight a step needs (all but the embedding) once
+  per step at the copy bandwidth; prefill cannot beat 2 FLOP per weight a prompt token multiplies
+  (all but the embedding and the LM head) at the best matmul rate. Measured at the start and
+  end on the whole machine (its drift), and at the end on the cores the sides' model processes
+  had, one thread per core: the bounds the table quotes.
 - Host overhead: the bridge's metadata + plan time per step, beside the decode step time.
 - Resources: the cores each side's model process may run on (vLLM binds its CPU worker), so a
   reader sees that both sides had the same.
@@ -420,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     bridge = os.environ.get("PLUGIN_API_BACKEND", "auto")
     model = args.model or str(cached("bench-0.49b", "llama", BENCH_SHAPE))
     counts = weight_counts(model)
-    bounds = work(counts)
+    bounds = minimum_work(counts)
     ceil = ceilings()
     sides = []
     for dtype in args.dtypes.split(","):
@@ -458,7 +459,7 @@ def weight_counts(model: str) -> dict[str, int]:
     return counts
 
 
-def work(counts: dict[str, int]) -> dict[str, int]:
+def minimum_work(counts: dict[str, int]) -> dict[str, int]:
     """What bounds each phase: the bf16 bytes a decode step must read (every weight but the
     embedding's rows, which a step only gathers, unless the embedding is also the head) and the
     FLOP a prompt token needs at least (2 per weight it multiplies: not the embedding's, not the

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_api_vllm.bench import cpu_set, model_cores, weight_counts, work
+from plugin_api_vllm.bench import cpu_set, minimum_work, model_cores, weight_counts
 
 
 @pytest.mark.needs_vllm
@@ -64,7 +64,7 @@ def test_bench_interleaves_the_sides_and_reports_the_bridge(
     ceil = data["ceilings"]
     assert ceil["model_threads"] == len(cpu_set(cores)) and ceil["model_copy_GBps"] > 0
     assert ceil["model_matmul_TFLOPs"] > 0 and ceil["threads"] >= 1
-    assert data["bounds"] == work(weight_counts(str(tiny_models["llama"])))
+    assert data["bounds"] == minimum_work(weight_counts(str(tiny_models["llama"])))
     bound = f"ceilings on the cores both sides' model processes had ({cores}, "
     assert any(line.startswith(bound) for line in r.stdout.splitlines()), r.stdout
     row = next(line for line in r.stdout.splitlines() if line.startswith(f"| {ours} | 8 |"))
@@ -134,6 +134,6 @@ def test_the_bounds_count_what_each_phase_must_do(tmp_path: Path, tied: bool) ->
     counts = weight_counts(str(tmp_path))
     head = 0 if tied else 800
     assert counts == {"total": 800 + 128 + 8 + head, "embedding": 800, "lm_head": head}
-    bounds = work(counts)
+    bounds = minimum_work(counts)
     read = 128 + 8 + 800  # the head: the lm_head's own weight, or the embedding when tied
     assert bounds == {"decode_bytes_per_step": 2 * read, "prefill_flop_per_token": 2 * 136}
