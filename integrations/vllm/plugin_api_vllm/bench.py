@@ -340,6 +340,10 @@ def _spread(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
+_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
 def table(sides: list[dict[str, Any]], ceil: dict[str, float], bounds: dict[str, int]) -> str:
     """One row per (side, dtype, batch), with ratios against vLLM's better dtype, and the
     paired speed-up over vLLM's own side of the same dtype (median [lowest-highest] of the
@@ -374,10 +378,15 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], bounds: dict[str,
     cores = {s["model_cores"] for s in sides if "model_cores" in s}
     model = ceil.get("model_copy_GBps")
     if len(cores) == 1 and model is not None:
+        # the bounds count bf16 bytes; an fp32 weight is twice that
+        per_dtype = ", ".join(
+            f"{_SHORT.get(d, d)} {model * 1e9 / (step_bytes * _BYTES.get(d, 2) / 2):.1f}"
+            for d in sorted({s["dtype"] for s in sides})
+        )
         lines.append(
             f"ceilings on the cores both sides' model processes had ({cores.pop()}, "
-            f"{ceil['model_threads']:.0f} thread(s)): copy {model:.1f} GB/s -> bf16 decode "
-            f"at most {model * 1e9 / step_bytes:.1f} steps/s; matmul "
+            f"{ceil['model_threads']:.0f} thread(s)): copy {model:.1f} GB/s -> decode "
+            f"at most {per_dtype} steps/s; matmul "
             f"{ceil['model_matmul_TFLOPs']:.2f} TFLOP/s -> prefill at most "
             f"{ceil['model_matmul_TFLOPs'] * 1e12 / token_flop:.0f} tok/s"
         )

@@ -66,7 +66,10 @@ def test_bench_interleaves_the_sides_and_reports_the_bridge(
     assert ceil["model_matmul_TFLOPs"] > 0 and ceil["threads"] >= 1
     assert data["bounds"] == minimum_work(weight_counts(str(tiny_models["llama"])))
     bound = f"ceilings on the cores both sides' model processes had ({cores}, "
-    assert any(line.startswith(bound) for line in r.stdout.splitlines()), r.stdout
+    line = next((line for line in r.stdout.splitlines() if line.startswith(bound)), r.stdout)
+    # the decode bound of the run's dtype: fp32 weights are twice the bf16 bytes counted
+    fp32 = ceil["model_copy_GBps"] * 1e9 / (2 * data["bounds"]["decode_bytes_per_step"])
+    assert f"-> decode at most fp32 {fp32:.1f} steps/s;" in line, line
     row = next(line for line in r.stdout.splitlines() if line.startswith(f"| {ours} | 8 |"))
     assert row.count("x [") == 2, row  # the paired column: median [lowest-highest], twice
 
