@@ -1,12 +1,13 @@
 """The plugin's tools on this machine: tools/attention_check.py (what arm64_emulated.sh runs on
 an emulated Arm CPU) still fits the conformance kit's tables and passes; tools/stream_fma_probe.cpp
 (the bound on the LM-head GEMV at 5-16 rows, docs/measurements/cpu-arm-acl/2026-12-04-zen5.md)
-builds and reports every loop."""
+builds and reports every loop; tools/avx2_capped.py puts every layer on its AVX2 path."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -67,3 +68,35 @@ def test_stream_fma_probe_reports_every_loop(tmp_path):
         assert r["gflops"] == pytest.approx(r["gbs"] * r["fmas_per_line"], abs=printed + 1e-6), r
     bad = subprocess.run([exe, "--rounds", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--rounds must be a positive integer" in bad.stderr
+
+
+def test_avx2_cap_hides_what_avx2_cpus_lack():
+    tool = load_tool("avx2_capped")
+    text = (
+        "processor\t: 0\nflags\t\t: fpu avx avx2 fma f16c avx512f avx512_bf16 avx_vnni amx_tile "
+        "amx_bf16 avx512vl\nmodel name\t: X\n\nprocessor\t: 1\nflags\t\t: avx2 avx512bw\n"
+    )
+    assert tool.capped_cpuinfo(text) == (
+        "processor\t: 0\nflags\t\t: fpu avx avx2 fma f16c\nmodel name\t: X\n\n"
+        "processor\t: 1\nflags\t\t: avx2\n"
+    )
+
+
+def test_avx2_cap_puts_every_layer_on_its_avx2_path(capfd):
+    tool = load_tool("avx2_capped")
+    why = tool.unavailable()
+    if why is not None:
+        pytest.skip(why)
+
+    def flags() -> list[str]:  # not the whole text: "cpu MHz" moves between reads
+        return re.findall(r"^flags.*$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+
+    before = flags()
+    assert tool.main(["--check"]) == 0
+    seen = json.loads(capfd.readouterr().out)
+    assert seen["cpuinfo_avx512"] == []
+    assert seen["plugin_isa"] == "AVX2" and seen["attention_variant"] == "avx2"
+    assert seen["aten_capability"] == "AVX2" and seen["inductor_isa"] == "avx2"
+    assert not any(seen["torch_probes"].values()), seen["torch_probes"]
+    assert seen["env"] == tool.ENV
+    assert flags() == before  # the mount stayed in its namespace
