@@ -8,7 +8,7 @@ Kernels, by weight dtype:
 - bf16 on a CPU with a oneDNN bf16 kernel: bf16 x bf16 -> f32 dst (fp32 out, and bf16 out when
   ``LmHeadPolicy`` picks it, then one downcast copy) or -> bf16 dst. Without one (AVX2-only
   x86, Arm without BF16) bf16 is rejected here and served by ``panel_gemm``.
-- fp32: f32 x f32 -> f32.
+- fp32: f32 x f32 -> f32, except on AVX2-only x86 (``panel_gemm`` serves it there).
 - int8 where oneDNN's s8 matmul is exact (Arm, x86 with VNNI/AMX): s8 x s8 -> f32 (with the
   per-channel weight scale where ``MatmulForm`` puts it in the primitive); the per-token scale
   and the bias are one torch epilogue (``addcmul``), because oneDNN's per-row binary post-op
@@ -48,7 +48,7 @@ from plugin_api.settings import read_settings
 
 from . import cpu_family, settings
 from .build import extension
-from .isa import amx, bf16_matmul, int8_matmul_exact, isa_name
+from .isa import amx, bf16_matmul, f32_panel, int8_matmul_exact, isa_name
 from .kernel_probe import onednn_serves, slow_bf16, why_not
 from .matmul_form import MatmulForm, reference_kernel
 from .settings import GemvPolicy, LargeMPolicy, LmHeadPolicy, gemv_rows
@@ -181,6 +181,11 @@ class OneDnnGemm:
             )
         bias = "bias " + ("in the primitive" if form.bias else "added to the fp32 dst by torch")
         if spec.weight_dtype == F32:
+            if f32_panel(info):
+                return Decision.reject(
+                    f"fp32: {isa_name(info)} without AVX-512, where oneDNN 3.2 has only its jit "
+                    "sgemm (a third of the panel kernel's speed at a decode step's few rows)"
+                )
             if not onednn_serves(info, "f32->f32"):
                 return Decision.reject(f"fp32: {why_not(info, 'f32->f32')}")
             return Decision.accept("oneDNN f32 matmul", bias)

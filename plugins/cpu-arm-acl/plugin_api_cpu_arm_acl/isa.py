@@ -79,6 +79,13 @@ def quant_isa(info: DeviceInfo) -> str:
     return "scalar"
 
 
+def f32_panel(info: DeviceInfo) -> bool:
+    """Whether fp32 weights go to the panel GEMM: x86 with AVX2 but no AVX-512, where oneDNN 3.2
+    has only its jit sgemm for f32 (``gemm:jit:f32``), a third of the panel kernel's speed at a
+    decode step's few rows (docs/measurements/cpu-arm-acl/2026-12-06-xeon-avx2-capped.md)."""
+    return panel_isa(info) == "avx2" and "avx512f" not in info.cpu_flags
+
+
 def int8_panel_exact(info: DeviceInfo) -> bool:
     """Whether the panel GEMM has an exact int8 kernel here: AVX2's vpmaddwd on int8 widened to
     int16 sums pairs into int32, so nothing saturates. Other ISAs have none (Arm: oneDNN's int8

@@ -1,12 +1,13 @@
 """GEMM on weights packed in 16-column panels (op family ``gemm``), for CPUs where oneDNN has
 no fitting kernel: bf16 where it has no bf16 matmul (AVX2-only x86, Arm without BF16), fp16
-(which the oneDNN path does not offer), and exact int8 where its s8 matmul saturates (x86
-without VNNI).
+(which the oneDNN path does not offer), fp32 where its only f32 kernel is the jit sgemm
+(AVX2-only x86), and exact int8 where its s8 matmul saturates (x86 without VNNI).
 
 - bf16/fp16: the weight stays 16-bit (``prepare`` packs it; no fp32 copy), each call reads
   every weight byte from memory once, widens it to fp32 in registers and accumulates in fp32:
   fp32 out is the accumulator (up to summation order), 16-bit out is it rounded once (nearest
   even), bias added in fp32 before that rounding.
+- fp32: the same loops on fp32 panels (twice the bytes of bf16; fp32 out only).
 - int8: int8 weights and activations widened to int16 pairs, ``vpmaddwd`` into int32 (exact for
   K < 2^17), then ``(acc * s_x) * s_w (+ bias)`` in fp32, the reference's order, cast once.
 
@@ -26,7 +27,7 @@ from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
 from plugin_api.ops.primitive_cache import PrimitiveCache
 
 from .build import extension
-from .isa import bf16_matmul, int8_matmul_exact, int8_panel_exact, isa_name, panel_isa
+from .isa import bf16_matmul, f32_panel, int8_matmul_exact, int8_panel_exact, isa_name, panel_isa
 from .kernel_probe import onednn_bf16
 from .settings import PANEL, PanelPolicy
 
@@ -47,7 +48,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True, slots=True)
 class PanelWeight:
-    """Packed panels: bf16/fp16 ``[ceil(N/16), K, 16]`` or int8 ``[ceil(N/16), ceil(K/2), 32]``
+    """Packed panels: bf16/fp16/fp32 ``[ceil(N/16), K, 16]`` or int8 ``[ceil(N/16), ceil(K/2), 32]``
     (layouts in csrc/panel_isa.h); ``scale`` ``[N]`` fp32 for int8."""
 
     panels: torch.Tensor
@@ -95,11 +96,17 @@ class PanelGemm:
     def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
         isa = self.isa(info)
         how = f"{isa} kernels"
-        if spec.weight_dtype == F32:
+        if spec.weight_dtype == F32 and not f32_panel(info):
             return Decision.reject("fp32 weights: oneDNN's f32 matmul serves them")
         if isa == "avx2" and panel_isa(info) != "avx2":
             return Decision.reject(f"{PANEL} isa=avx2, but {isa_name(info)} lacks AVX2/FMA/F16C")
         policy = f"PanelPolicy: {self.policy.describe()} ({PANEL})"
+        if spec.weight_dtype == F32:
+            return Decision.accept(
+                f"fp32 on {isa_name(info)} (oneDNN has only its jit sgemm here): {how}, fp32 "
+                "weights in 16-column panels, fp32 accumulator",
+                policy,
+            )
         if spec.scaled:
             if int8_matmul_exact(info):
                 return Decision.reject(f"int8: oneDNN's s8 matmul is exact on {isa_name(info)}")
@@ -139,7 +146,8 @@ class PanelGemm:
     def prepare(
         self, spec: GemmSpec, weight: torch.Tensor, weight_scale: torch.Tensor | None
     ) -> PanelWeight:
-        """Pack ``weight`` ``[N, K]`` (bf16 or int8; int8 keeps ``weight_scale`` ``[N]`` fp32)."""
+        """Pack ``weight`` ``[N, K]`` (bf16, fp16, fp32 or int8; int8 keeps ``weight_scale``
+        ``[N]`` fp32)."""
         isa = self.isa(self._host())
         ops = extension().ops
         if not ops.panel_available(ISA_CODES[isa], spec.scaled):
@@ -187,7 +195,8 @@ class PanelGemm:
         bias: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` bf16, any row stride (see ``_rows``)."""
+        """``out[M, N] = x[M, K] @ W^T (+ bias)``; ``x`` of the weight's type, any row stride
+        (see ``_rows``)."""
         if x.shape[0] == 0:
             return
         x = _rows(x)

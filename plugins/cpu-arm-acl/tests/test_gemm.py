@@ -34,7 +34,7 @@ from plugin_api_cpu_arm_acl.gemm import (
     gemv_max_rows,
     torch_matmul_kernel,
 )
-from plugin_api_cpu_arm_acl.isa import int8_matmul_exact, int8_panel_exact
+from plugin_api_cpu_arm_acl.isa import f32_panel, int8_matmul_exact, int8_panel_exact, isa_name
 from plugin_api_cpu_arm_acl.kernel_probe import onednn_bf16, onednn_serves
 from plugin_api_cpu_arm_acl.matmul_form import ACL, FULL, MatmulForm, reference_kernel
 from plugin_api_cpu_arm_acl.panel_gemm import ISA_CODES, PanelGemm
@@ -68,8 +68,9 @@ def _rand(*shape: int, seed: int, scale: float = 1.0, dtype: torch.dtype = BF16)
 # Per implementation: the base call's weight dtype, and a call per GemmProblem field that
 # changes that field (kwargs of `call` below). A field whose change needs a kernel this CPU
 # lacks is left out; on any CPU the two implementations together cover every field (the panel
-# serves what oneDNN does not: bf16 and exact int8 on AVX2, only fp16 where oneDNN has both).
-def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype, dict[str, dict]]:
+# serves what oneDNN does not: every weight dtype on AVX2-only x86, only fp16 where oneDNN has
+# bf16). No base dtype: the implementation serves none here.
+def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype | None, dict[str, dict]]:
     common = {
         "m": dict(m=4),
         "n": dict(n=80),
@@ -84,11 +85,14 @@ def _variations(impl_name: str, host: DeviceInfo) -> tuple[torch.dtype, dict[str
         if onednn_bf16(host):
             return F16, common | {"c_dtype": dict(odt=F16), "bias_dtype": dict(bias=F16)}
         exact_int8 = int8 if int8_panel_exact(host) and not int8_matmul_exact(host) else {}
-        return BF16, common | exact_int8 | {
+        fp32 = {"b_dtype": dict(wdt=F32)} if f32_panel(host) else {}
+        return BF16, common | fp32 | exact_int8 | {
             "c_dtype": dict(odt=BF16),
             "bias_dtype": dict(bias=BF16),
         }
     int8_here = int8_matmul_exact(host) and onednn_serves(host, "s8->f32")
+    if f32_panel(host) and not int8_here and not onednn_bf16(host):
+        return None, {}
     extra = {"bias_dtype": dict(bias=F32)} | (int8 if int8_here else {})
     if onednn_bf16(host):
         extra |= {"b_dtype": dict(wdt=BF16), "c_dtype": dict(wdt=BF16, odt=BF16)}
@@ -111,6 +115,8 @@ def test_every_problem_field_keys_its_own_primitive(onednn_backend, impl_name):
         # oneDNN's primitives are what these calls key: none goes to the GEMV
         impl = OneDnnGemm(threads=2, policy=policy, form=form, strict=True, gemv=GemvPolicy())
     base_wdt, variations = _variations(impl_name.split("-")[0], host)
+    if base_wdt is None:
+        pytest.skip(f"{impl_name} serves no weight dtype on {isa_name(host)}: the panel GEMM does")
     prim_of: dict[GemmProblem, object] = {}
     packed: dict[tuple, object] = {}
 
@@ -528,7 +534,8 @@ FP16 = GemmSpec(4096, 4096, torch.float16, torch.float16)
         (MACHINES["graviton4"], W8A8, "onednn", "per-channel weight scales"),
         (NEOVERSE_N1, LM_HEAD, "panel", "generic kernels"),
         (NEOVERSE_N1, W8A8, "onednn", "per-channel weight scales"),
-        (AVX2, GemmSpec(64, 64, F32, F32), "onednn", "oneDNN f32 matmul"),
+        (AVX2, GemmSpec(64, 64, F32, F32), "panel", "fp32 on AVX2 (oneDNN has only its jit"),
+        (AMX, GemmSpec(64, 64, F32, F32), "onednn", "oneDNN f32 matmul"),
         (AVX2, FP16, "panel", "fp16 on AVX2 (not offered by oneDNN here): avx2 kernels"),
         (AMX, FP16, "panel", "fp16 on AMX (not offered by oneDNN here): avx2 kernels"),
         (NEOVERSE_N1, FP16, "panel", "generic kernels"),
@@ -543,6 +550,7 @@ FP16 = GemmSpec(4096, 4096, torch.float16, torch.float16)
         "neoverse-n1-bf16",
         "neoverse-n1-int8",
         "avx2-fp32",
+        "amx-fp32",
         "avx2-fp16",
         "amx-fp16",
         "neoverse-n1-fp16",
@@ -579,10 +587,9 @@ def test_rejections_name_their_reason():
     assert "overflow the int32 accumulator" in panel.supports(big_k, AVX2).because()
     fp16_w8a8 = GemmSpec(64, 64, S8, torch.float16)
     assert "int8 with fp16 out: not offered" in onednn.supports(fp16_w8a8, AMX).because()
-    assert (
-        "fp32 weights: oneDNN's f32 matmul"
-        in panel.supports(GemmSpec(8, 8, F32, F32), AVX2).because()
-    )
+    fp32 = GemmSpec(8, 8, F32, F32)
+    assert "fp32 weights: oneDNN's f32 matmul" in panel.supports(fp32, AMX).because()
+    assert "oneDNN 3.2 has only its jit sgemm" in onednn.supports(fp32, AVX2).because()
 
 
 def test_unsupported_ops_fall_back_visibly(onednn_backend):

@@ -9,6 +9,7 @@
 
 #include "huge_pages.h"
 #include "kernels.h"
+#include "panel_isa.h"
 
 namespace pa_onednn {
 namespace {
@@ -198,12 +199,12 @@ PanelCall panel_call(const Tensor& x, const Tensor& panels, int64_t n,
   check_cpu(panels, "panels");
   check_cpu(out, "out");
   const int64_t dt = code_of(x);
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && x.size(0) > 0 && dt != kF32,
-              "pa_cpu_onednn: x must be [M, K] bf16, fp16 or int8 with a contiguous last dim");
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && x.size(0) > 0,
+              "pa_cpu_onednn: x must be [M, K] with a contiguous last dim");
   const int64_t k = x.size(1);
   TORCH_CHECK(panels.dim() == 3 && panels.is_contiguous() && panels.size(0) == panel_count(n) &&
                   panels.size(1) == panel_steps(dt, k) && code_of(panels) == dt &&
-                  panels.size(2) * panels.element_size() == 32,
+                  panels.size(2) == (dt == kS8 ? 2 : 1) * panel::kCols,
               "pa_cpu_onednn: panels do not match N=", n, " K=", k, " ", x.scalar_type());
   TORCH_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n &&
                   out.stride(1) == 1,
@@ -222,11 +223,12 @@ PanelCall panel_call(const Tensor& x, const Tensor& panels, int64_t n,
 Tensor panel_pack(const Tensor& w, int64_t threads) {
   check_cpu(w, "weight");
   const int64_t dt = code_of(w);
-  TORCH_CHECK(dt != kF32 && w.dim() == 2 && w.is_contiguous() && w.numel() > 0,
-              "pa_cpu_onednn: weight must be [N, K] bf16, fp16 or int8, contiguous");
+  TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && w.numel() > 0,
+              "pa_cpu_onednn: weight must be [N, K] bf16, fp16, fp32 or int8, contiguous");
   const int64_t n = w.size(0), k = w.size(1);
-  const std::vector<int64_t> sizes{panel_count(n), panel_steps(dt, k), 32 / w.element_size()};
-  const size_t bytes = static_cast<size_t>(sizes[0] * sizes[1] * 32);
+  const int64_t step = (dt == kS8 ? 2 : 1) * panel::kCols;  // elements per panel step
+  const std::vector<int64_t> sizes{panel_count(n), panel_steps(dt, k), step};
+  const size_t bytes = static_cast<size_t>(sizes[0] * sizes[1] * step) * w.element_size();
   Tensor out;
   if (bytes >= kHugePagesFrom) {
     bool asked = false;  // a hint: the panels are the same either way

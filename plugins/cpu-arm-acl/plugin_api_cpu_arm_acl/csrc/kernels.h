@@ -56,8 +56,8 @@ void group_quant(const void* x, int64_t x_dt, int64_t m, int64_t k, int64_t grou
 const char* group_quant_isa();
 
 // Panel GEMMs (panel_gemm.cpp) for CPUs where oneDNN has no fitting kernel: bf16/fp16 weights
-// kept 16-bit and widened to fp32 in registers (fp32 accumulation), and exact int8 (int32
-// accumulation without int16 saturation). Layouts: panel_isa.h.
+// kept 16-bit and widened to fp32 in registers (fp32 accumulation), fp32 weights, and exact int8
+// (int32 accumulation without int16 saturation). Layouts: panel_isa.h.
 enum PanelIsa : int64_t { kPanelGeneric = 0, kPanelAvx2 = 1 };
 enum PanelWiden : int64_t { kWidenInRegisters = 0, kWidenTile = 1 };
 constexpr int64_t kPanelMaxK8 = (int64_t{1} << 17) - 1;  // |sum of K int8 products| < 2^31
@@ -72,7 +72,7 @@ struct PanelConf {
 
 struct PanelCall {
   int64_t m = 0, n = 0, k = 0, lda = 0, ldc = 0;
-  int64_t w_dt = kBF16;     // weights (and x): kBF16, kF16 or kS8
+  int64_t w_dt = kBF16;     // weights (and x): kBF16, kF16, kF32 or kS8
   const void* x = nullptr;  // [m, k] of type w_dt, row stride lda
   const void* panels = nullptr;
   const float* bias = nullptr;     // [n] or nullptr
@@ -113,10 +113,11 @@ void unpack_bf16(const PairedBlocks& w, uint16_t* out, int64_t threads);
 int64_t panel_count(int64_t n);                // panels of 16 columns
 int64_t panel_steps(int64_t w_dt, int64_t k);  // k steps per panel (int8: k-pairs)
 bool panel_isa_available(int64_t isa, int64_t w_dt);
-// w [n, k] row-major of type w_dt -> panel_count(n) panels of panel_steps(w_dt, k) steps of 32
-// bytes, zero-padded.
+// w [n, k] row-major of type w_dt -> panel_count(n) panels of panel_steps(w_dt, k) steps of 16
+// columns (int8: 32 bytes per k-pair), zero-padded.
 void pack_panels(const void* w, int64_t w_dt, int64_t n, int64_t k, void* out, int64_t threads);
-// bf16/fp16: out = x @ W^T (+ bias), fp32 accumulation, 16-bit out rounded once (nearest even).
+// bf16/fp16/fp32: out = x @ W^T (+ bias), fp32 accumulation, 16-bit out rounded once (nearest
+// even).
 // int8: out = ((acc as fp32) * x_scale[m]) * w_scale[n] (+ bias), acc the exact int32 sum.
 void panel_gemm(const PanelCall& c, const PanelConf& conf);
 

@@ -50,6 +50,10 @@ struct Floats {  // a k block already widened into an L1 buffer
   }
 };
 
+struct FloatPanels : Floats {  // fp32 weights read from memory once: prefetch
+  static constexpr bool kStream = true;
+};
+
 // MR broadcasts x 2 FMAs per k step. The accumulators plus 2 weight registers and 1 broadcast
 // fit the 16 ymm registers. With MR <= 3 rows, even and odd k steps go to separate
 // accumulators (S = 2 sets), so that enough FMAs are in flight to hide their 4-cycle latency;
@@ -80,6 +84,8 @@ struct Tile {
     int64_t k = 0;
     for (; k + 2 <= kc; k += 2) {
       if constexpr (Wd::kStream) prefetch(w + k * 16);
+      // fp32: each k step is a whole 64-byte line
+      if constexpr (Wd::kStream && sizeof(typename Wd::W) == 4) prefetch(w + (k + 1) * 16);
       step(0, x + k * MR, w + k * 16);
       step(S - 1, x + (k + 1) * MR, w + (k + 1) * 16);
     }
@@ -177,6 +183,9 @@ const Kernels kAvx2{
     },
     [](int mr, int64_t kc, const float* x, const float* w, float* acc, bool add) {
       by_rows<FloatTile<Floats>::Of>(mr, kc, x, w, acc, add);
+    },
+    [](int mr, int64_t kc, const float* x, const float* w, float* acc, bool add) {
+      by_rows<FloatTile<FloatPanels>::Of>(mr, kc, x, w, acc, add);
     },
     widen<Bf16Pairs>,
     widen<Halves>,

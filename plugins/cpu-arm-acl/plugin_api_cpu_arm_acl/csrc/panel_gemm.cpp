@@ -81,7 +81,8 @@ const panel::Kernels& kernels(const PanelConf& conf, int64_t w_dt) {
   if (k == nullptr || (w_dt == kS8 && k->s8 == nullptr))
     throw std::invalid_argument("panel GEMM: ISA variant " + std::to_string(conf.isa) +
                                 " is not available here" + (w_dt == kS8 ? " for int8" : ""));
-  if (w_dt != kS8 && conf.widen == kWidenInRegisters && half_tile(*k, w_dt) == nullptr)
+  if ((w_dt == kBF16 || w_dt == kF16) && conf.widen == kWidenInRegisters &&
+      half_tile(*k, w_dt) == nullptr)
     throw std::invalid_argument(std::string("panel GEMM: the ") + k->name +
                                 " kernels only widen per k block");
   return *k;
@@ -149,6 +150,12 @@ void pack_panels(const void* w, int64_t w_dt, int64_t n, int64_t k, void* out,
             dst[(kk / 2) * 32 + kk % 2] = col < n && kk < k ? src[kk] : 0;
           continue;
         }
+        if (w_dt == kF32) {  // column order
+          const auto* src = static_cast<const float*>(w) + col * k;
+          auto* dst = static_cast<float*>(out) + p * k * kCols + c;
+          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kCols] = col < n ? src[kk] : 0.f;
+          continue;
+        }
         // bf16: column c in 32-bit word c % 8, low half for c < 8; fp16: column order
         const int64_t slot = w_dt == kBF16 ? 2 * (c % 8) + c / 8 : c;
         const auto* src = static_cast<const uint16_t*>(w) + col * k;
@@ -173,6 +180,22 @@ struct Half16 {
     const auto* row = static_cast<const uint16_t*>(x);
     for (int64_t kk = 0; kk < k; ++kk)
       dst[kk * stride] = kDt_ == kBF16 ? bf16_to_f32(row[kk]) : f16_to_f32(row[kk]);
+  }
+  static float finish(const PanelCall& c, Acc acc, int64_t, int64_t n) {
+    return c.bias ? acc + c.bias[n] : acc;
+  }
+};
+
+struct Float32 {
+  using XWord = float;
+  using Acc = float;
+  using W = float;
+  static constexpr int64_t kDt = kF32;
+  static constexpr int64_t kStep = kCols;
+  static int64_t steps(int64_t k) { return k; }
+  static void pack_row(const void* x, int64_t k, XWord* dst, int64_t stride) {
+    const auto* row = static_cast<const float*>(x);
+    for (int64_t kk = 0; kk < k; ++kk) dst[kk * stride] = row[kk];
   }
   static float finish(const PanelCall& c, Acc acc, int64_t, int64_t n) {
     return c.bias ? acc + c.bias[n] : acc;
@@ -217,7 +240,7 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
   const auto groups = row_groups(c.m);
   static thread_local std::vector<XWord> xbuf;  // [steps][rows] per row group
   XWord* xp = scratch(xbuf, static_cast<size_t>(c.m * steps));
-  const size_t x_elem = kDt == kS8 ? 1 : 2;
+  const size_t x_elem = kDt == kS8 ? 1 : kDt == kF32 ? 4 : 2;
   // packing a few rows is cheaper than waking threads for it
   const int64_t pack_threads = c.m * c.k < kParallelPackElems ? 1 : conf.threads;
   split(static_cast<int64_t>(groups.size()), pack_threads, [&](int64_t g0, int64_t g1) {
@@ -233,12 +256,12 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
     static thread_local std::vector<Acc> abuf;
     static thread_local std::vector<float> tbuf;
     Acc* acc = scratch(abuf, static_cast<size_t>(c.m * kCols));  // [m][16]
-    float* wide = tile ? scratch(tbuf, static_cast<size_t>(kc * kCols)) : nullptr;
+    float* wide = tile && kDt != kF32 ? scratch(tbuf, static_cast<size_t>(kc * kCols)) : nullptr;
     for (int64_t p = p0; p < p1; ++p) {
       for (int64_t k0 = 0; k0 < steps; k0 += kc) {
         const int64_t kn = std::min(kc, steps - k0);
         const auto* wp = panels + (p * steps + k0) * T::kStep;
-        if constexpr (kDt != kS8) {
+        if constexpr (kDt == kBF16 || kDt == kF16) {
           if (tile) (kDt == kBF16 ? kern.widen_bf16 : kern.widen_f16)(kn, wp, wide);
         }
         for (const Group& gr : groups) {
@@ -247,6 +270,8 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
           Acc* ag = acc + gr.row * kCols;
           if constexpr (kDt == kS8)
             kern.s8(mr, kn, xg, wp, ag, k0 > 0);
+          else if constexpr (kDt == kF32)
+            kern.f32_panels(mr, kn, xg, wp, ag, k0 > 0);
           else if (tile)
             kern.f32(mr, kn, xg, wide, ag, k0 > 0);
           else
@@ -283,13 +308,14 @@ size_t elem_size(int64_t dt) { return dt == kF32 ? 4 : 2; }
 void panel_gemm(const PanelCall& c, const PanelConf& conf) {
   check_call(c);
   const panel::Kernels& kern = kernels(conf, c.w_dt);
-  const size_t x_elem = c.w_dt == kS8 ? 1 : 2;
+  const size_t x_elem = c.w_dt == kS8 ? 1 : elem_size(c.w_dt);
   by_row_blocks(c, conf, x_elem, elem_size(c.out_dt), [&](const PanelCall& b) {
     switch (c.w_dt) {
       case kBF16: return gemm_rows<Half16<kBF16>>(b, conf, kern);
       case kF16: return gemm_rows<Half16<kF16>>(b, conf, kern);
+      case kF32: return gemm_rows<Float32>(b, conf, kern);
       case kS8: return gemm_rows<S8>(b, conf, kern);
-      default: throw std::invalid_argument("panel GEMM: weights must be bf16, fp16 or int8");
+      default: throw std::invalid_argument("panel GEMM: weights must be bf16, fp16, fp32 or int8");
     }
   });
 }

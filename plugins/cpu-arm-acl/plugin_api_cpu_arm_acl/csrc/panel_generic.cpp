@@ -1,6 +1,6 @@
 // Portable panel microkernels over torch's at::vec (NEON on aarch64, compiler-vectorised code
 // elsewhere): the same layouts and fp32 products as the AVX2 ones (panel_isa.h). bf16 and
-// fp16; int8 without an exact kernel here is left to oneDNN (exact on Arm).
+// fp16 (widened per k block), fp32; int8 without an exact kernel here is left to oneDNN (exact on Arm).
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/Half.h>
 
@@ -63,7 +63,8 @@ void widen_f16(int64_t kc, const uint16_t* w, float* out) {
 }
 
 // No widening in registers here: the driver widens each k block once and runs `tile`.
-const Kernels kGeneric{"generic", nullptr, nullptr, tile_rows, widen_bf16, widen_f16, nullptr};
+const Kernels kGeneric{
+    "generic", nullptr, nullptr, tile_rows, tile_rows, widen_bf16, widen_f16, nullptr};
 
 }  // namespace
 

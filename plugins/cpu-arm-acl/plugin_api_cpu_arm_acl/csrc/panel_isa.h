@@ -7,10 +7,11 @@
 //   low half and column 8 + j in its high half. `word << 16` and `word & 0xffff0000` are then
 //   the fp32 values of columns 0..7 and 8..15: two integer ops widen 16 weights, no shuffles.
 // - fp16: panel p is [K][16] halves in column order (hardware conversions keep the order).
+// - fp32: panel p is [K][16] floats in column order (64 bytes, one cache line, per k step).
 // - int8: panel p is [ceil(K/2)][2][8][2] bytes: for k-pair q, half h and lane j, the bytes
 //   w[16p + 8h + j][2q], w[16p + 8h + j][2q + 1]. Sign-extending 16 bytes to int16 gives 8 lanes
 //   of (k, k+1) pairs for vpmaddwd / a widening dot product: int32 per lane, no saturation.
-// Activations are packed per call in row groups of MR <= 6 rows: fp32 [K][MR] for bf16/fp16,
+// Activations are packed per call in row groups of MR <= 6 rows: fp32 [K][MR] for bf16/fp16/fp32,
 // int32 [ceil(K/2)][MR] words of two int16 (x[2q], x[2q+1]) for int8.
 #pragma once
 
@@ -23,7 +24,8 @@ constexpr int kMaxRows = 6;    // rows per microkernel call: 2 x 6 accumulators 
 
 // acc[r][0..16) (+)= sum over k < kc of x[k][r] * w[k][0..16), r < mr (1..kMaxRows); `add`:
 // accumulate onto acc, else overwrite it. acc is [mr][16] fp32, row-major. The weights are
-// 16-bit (bf16 or fp16 panels, widened to fp32 in registers) or fp32 [kc][16] in column order.
+// 16-bit (bf16 or fp16 panels, widened to fp32 in registers) or fp32 [kc][16] in column order:
+// `f32` reads a k block widened into L1, `f32_panels` fp32 weights streamed from memory.
 using HalfTile = void (*)(int mr, int64_t kc, const float* x, const uint16_t* w, float* acc,
                           bool add);
 using F32Tile = void (*)(int mr, int64_t kc, const float* x, const float* w, float* acc, bool add);
@@ -40,6 +42,7 @@ struct Kernels {
   HalfTile bf16;
   HalfTile f16;
   F32Tile f32;
+  F32Tile f32_panels;
   Widen widen_bf16;
   Widen widen_f16;
   S8Tile s8;
