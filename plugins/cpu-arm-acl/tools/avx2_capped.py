@@ -16,10 +16,12 @@ Each layer decides its ISA its own way, so each is capped where it decides:
   ``sitecustomize`` on ``PYTHONPATH`` that patches them when ``torch.cpu`` is imported.
 
 What the cap cannot change: the cores themselves (AVX2 code on a core built for AVX-512 keeps
-its caches, memory and clock), and compilers' ``-march=native``, which asks CPUID (the plugin's
-int8 activation-quant kernel is built that way, so it keeps AVX-512 under the cap). Figures
-taken under the cap are AVX2 code on this machine, and say so; they stand in for an AVX2 CPU
-only as far as its core does what this one does at AVX2 width.
+its caches, memory and clock), and whatever asks CPUID itself: compilers' ``-march=native``
+(the plugin's int8 activation-quant kernel keeps AVX-512), the bf16 GEMV's availability, and
+torch's C++ dispatch (``torch._int_mm`` takes oneDNN as on a CPU with VNNI, then gets oneDNN's
+saturating AVX2 int8 kernel: wrong sums no AVX2 CPU gives). Figures taken under the cap are
+AVX2 code on this machine, and say so; they stand in for an AVX2 CPU only as far as its core
+does what this one does at AVX2 width.
 """
 
 from __future__ import annotations
