@@ -125,6 +125,17 @@ def _amdsmi_one_mi300x() -> types.ModuleType:
 def stand_in_native_modules() -> list[str]:
     """Put the third-party native pieces the CPU wheel lacks in place; returns their names."""
     used = []
+    # On a CPU without AVX-512 BF16, vLLM's CPU platform loads its kernels from _C_AVX2 or
+    # _C_AVX512 (Python gets no module from them, torch gets the ops in torch.ops._C); loading
+    # _C.abi3.so after them, as `import vllm._C` in the ROCm module does, aborts the process
+    # (one TORCH_LIBRARY per namespace). So this machine's kernels load first, as at vLLM's
+    # start, and vllm._C then names the ones loaded.
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    if "vllm._C" not in sys.modules:
+        sys.modules["vllm._C"] = types.ModuleType("vllm._C")
+        used.append("vllm._C")
     for name in EMPTY_NATIVE_MODULES:
         if name not in sys.modules and not _importable(name):
             sys.modules[name] = types.ModuleType(name)
