@@ -340,10 +340,6 @@ def _spread(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
-_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
 def table(sides: list[dict[str, Any]], ceil: dict[str, float], bounds: dict[str, int]) -> str:
     """One row per (side, dtype, batch), with ratios against vLLM's better dtype, and the
     paired speed-up over vLLM's own side of the same dtype (median [lowest-highest] of the
@@ -378,10 +374,14 @@ def table(sides: list[dict[str, Any]], ceil: dict[str, float], bounds: dict[str,
     cores = {s["model_cores"] for s in sides if "model_cores" in s}
     model = ceil.get("model_copy_GBps")
     if len(cores) == 1 and model is not None:
+        import torch
+
+        from plugin_api.ops.checks import short_dtype
+
         # the bounds count bf16 bytes; an fp32 weight is twice that
+        dtypes = [getattr(torch, d) for d in sorted({s["dtype"] for s in sides})]
         per_dtype = ", ".join(
-            f"{_SHORT.get(d, d)} {model * 1e9 / (step_bytes * _BYTES.get(d, 2) / 2):.1f}"
-            for d in sorted({s["dtype"] for s in sides})
+            f"{short_dtype(d)} {model * 1e9 / (step_bytes * d.itemsize / 2):.1f}" for d in dtypes
         )
         lines.append(
             f"ceilings on the cores both sides' model processes had ({cores.pop()}, "
