@@ -7,7 +7,7 @@ no fitting kernel: bf16 where it has no bf16 matmul (AVX2-only x86, Arm without 
   every weight byte from memory once, widens it to fp32 in registers and accumulates in fp32:
   fp32 out is the accumulator (up to summation order), 16-bit out is it rounded once (nearest
   even), bias added in fp32 before that rounding.
-- fp32: the same loops on fp32 panels (twice the bytes of bf16; fp32 out only).
+- fp32: the same loops on fp32 panels (twice the bytes of bf16); 16-bit out rounded once.
 - int8: int8 weights and activations widened to int16 pairs, ``vpmaddwd`` into int32 (exact for
   K < 2^17), then ``(acc * s_x) * s_w (+ bias)`` in fp32, the reference's order, cast once.
 

@@ -90,6 +90,9 @@ def test_fp32_weights_against_fp64(isa, blocks, m, n, k):
         exact = x.double() @ w.double().t() + (0 if bias is None else bias.double())
         torch.testing.assert_close(out[:, :n].double(), exact, atol=1e-5 * k**0.5, rtol=1e-5)
         assert torch.isnan(out[:, n:]).all()
+        out16 = torch.empty(m, n, dtype=BF16)  # bf16 out: the fp32 result rounded once
+        impl.mm(GemmSpec(n, k, F32, BF16), x, payload, bias, out16)
+        assert torch.equal(out16, out[:, :n].to(BF16))
 
 
 @pytest.mark.parametrize("m", [1, 5])

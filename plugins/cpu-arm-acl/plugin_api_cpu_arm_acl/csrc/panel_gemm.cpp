@@ -117,7 +117,9 @@ inline void store(void* out, int64_t dt, int64_t i, float v) {
 void check_call(const PanelCall& c) {
   if (c.m <= 0 || c.n <= 0 || c.k <= 0 || c.lda < c.k || c.ldc < c.n)
     throw std::invalid_argument("panel GEMM: bad sizes or strides");
-  const bool out_ok = c.out_dt == kF32 || c.out_dt == (c.w_dt == kS8 ? c.out_dt : c.w_dt);
+  // 16-bit weights: fp32 or their own type out; int8 and fp32 weights: any of the three
+  const bool any_out = c.w_dt == kS8 || c.w_dt == kF32;
+  const bool out_ok = c.out_dt == kF32 || c.out_dt == (any_out ? c.out_dt : c.w_dt);
   if (!out_ok || (c.out_dt != kF32 && c.out_dt != kBF16 && c.out_dt != kF16))
     throw std::invalid_argument("panel GEMM: unsupported output type for these weights");
   if (c.w_dt == kS8 && c.k > kPanelMaxK8)
