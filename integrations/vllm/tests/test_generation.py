@@ -3,7 +3,11 @@ divergences only at near-ties (bf16), and native plugin-api implementations behi
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +26,26 @@ COMPILED = (*MODELS, "kv-sharing")
 # side runs the other models, and the bridge's int8 tokens are held to the reference backend's.
 OWN_W8A8_FP32 = not torch.cpu._is_amx_tile_supported()
 OWN_EAGER = EAGER if OWN_W8A8_FP32 else tuple(k for k in EAGER if k != "llama-w8a8")
+OWN_INT8_PROBE = Path(__file__).with_name("own_int8_probe.py")
+
+
+@pytest.fixture(scope="module")
+def own_int8_inexact(env: Any) -> str | None:
+    """Why vLLM's own int8 W8A8 is no oracle on this machine, or None when it is one."""
+    if not OWN_W8A8_FP32:
+        return "vLLM's own int8 path takes no fp32 activations on AMX"
+    r = subprocess.run(
+        [sys.executable, str(OWN_INT8_PROBE)], env=env(), capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    probe = json.loads(r.stdout.strip().splitlines()[-1])
+    if probe["max_abs_error"] == 0:
+        return None
+    # oneDNN without VNNI (AVX2-only CPUs) sums u8 x s8 pairs in int16 and saturates
+    return (
+        f"vLLM's own int8 GEMM ({probe['kernel']}) is not exact on this CPU: "
+        f"max error {probe['max_abs_error']:.0f} of {probe['max_abs']:.0f} on full-range int8"
+    )
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -59,18 +83,43 @@ def test_fp32_compiled_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
         assert set(served) == {"attention", "linear", "lm_head"}, kind
 
 
+# The int8 GEMM is exact on both sides (the kit checks it bit for bit), but the activations it
+# quantizes come from each side's fp32 attention, which differ in their last bits: an int8 code
+# that rounds the other way moved this model's logits by up to 0.21% (measured: the AVX2 path
+# against the reference). A wrong int8 path moves them by more: vLLM's saturating oneDNN kernel
+# on AVX2 by 0.5-5% at the first token of each prompt, 13% later.
+INT8_LOGIT_TOLERANCE = 0.01  # relative to the oracle's top logit
+
+
 @pytest.mark.parametrize("backend", BRIDGED)
-def test_int8_w8a8_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
-    # fp32 activations: the per-token quantization and the int32 accumulation are exact on
-    # both sides, so the tokens must be too
-    if not OWN_W8A8_FP32 and backend == "reference":
-        pytest.skip("vLLM's own int8 path takes no fp32 activations on AMX: the oracle is this run")
+def test_int8_w8a8_agrees_with_exact_int8(
+    runs: Any, backend: str, own_int8_inexact: str | None
+) -> None:
+    # the oracle is a run whose int8 sums are exact: vLLM's own where its kernel is (the
+    # probe), else the reference backend's (fp64 sums)
+    if own_int8_inexact is not None and backend == "reference":
+        pytest.skip(f"{own_int8_inexact}: the oracle is this run")
     bridged = runs.get(backend, kinds=EAGER)["llama-w8a8"]
-    if OWN_W8A8_FP32:
+    if own_int8_inexact is None:
         want = runs.get(None, kinds=OWN_EAGER)["llama-w8a8"]
     else:
         want = runs.get("reference", kinds=EAGER)["llama-w8a8"]
-    assert bridged["tokens"] == want["tokens"]
+    agree = total = 0
+    for i, (a, b) in enumerate(zip(want["tokens"], bridged["tokens"], strict=True)):
+        step = first_divergence(a, b)
+        agree += len(a) if step is None else step
+        total += len(a)
+        for s in range(len(a) if step is None else step):  # same history: same top token
+            (_, lw), (_, lb) = want["top2"][i][s][0], bridged["top2"][i][s][0]
+            assert abs(lw - lb) <= INT8_LOGIT_TOLERANCE * abs(lw), (
+                f"prompt {i} step {s}: top logit {lb:.6g} against the oracle's {lw:.6g}"
+            )
+        if step is not None:  # only where the oracle's top two were that close
+            (_, l1), (_, l2) = want["top2"][i][step]
+            assert l1 - l2 <= 2 * INT8_LOGIT_TOLERANCE * abs(l1), (
+                f"prompt {i} diverges at step {step}: the oracle's top-2 margin {l1 - l2:.4g}"
+            )
+    print(f"int8 W8A8 on {backend}: {agree}/{total} tokens agree with the oracle")
     kinds = native_served(bridged["report"], backend)
     assert set(kinds) == {"attention", "linear-int8", "lm_head"}
 
@@ -117,7 +166,7 @@ def native_served(report: dict[str, Any], backend: str) -> dict[str, set[str]]:
 def test_cpu_arm_acl_serves_every_layer_natively(runs: Any) -> None:
     for kind, run in runs.get("cpu-arm-acl", kinds=EAGER).items():
         if kind == "llama-w8a8":
-            continue  # its int8 layers: test_int8_w8a8_tokens_equal_vllm_own
+            continue  # its int8 layers: test_int8_w8a8_agrees_with_exact_int8
         served = native_served(run["report"], "cpu-arm-acl")
         assert set(served) == {"attention", "linear", "lm_head"}, kind
 
