@@ -2,11 +2,11 @@
 machine on first use.
 
 A wheel carries it compiled per ISA level (``prebuilt.py``; the best level this CPU runs is
-loaded, nothing is compiled). A development (editable) install builds it on first use into a
-per-user cache directory keyed by the source hash, the torch version, the oneDNN version and
-location, and the CPU (it is compiled for the host CPU); the first use prints one line before
-and after the build (about a minute on 2 cores); a failed build raises ``ExtensionBuildError``
-naming the compiler log. Sources and flags: ``native.py``.
+loaded, nothing is compiled). A development (editable) install builds it on first use, at the
+level a wheel would load on this CPU (``jit_variant``), into a per-user cache directory keyed by
+the source hash, the flags, the torch version, the oneDNN version and location, and the CPU; the
+first use prints one line before and after the build (about a minute on 2 cores); a failed build
+raises ``ExtensionBuildError`` naming the compiler log. Sources and flags: ``native.py``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Extension:
     onednn: OneDnnInstall
     build_dir: Path  # the JIT build's cache folder, or the wheel's _prebuilt/
     build_seconds: float  # 0.0 when it came from the cache or the wheel
-    origin: str  # "prebuilt <variant>" (from the wheel) or "jit" (built on this machine)
+    origin: str  # "prebuilt <variant>" (from the wheel) or "jit <variant>" (built on this machine)
 
 
 _lock = threading.Lock()
@@ -64,9 +64,16 @@ def build_key(onednn: OneDnnInstall, torch_version: str) -> str:
     return h.hexdigest()[:16]
 
 
+def jit_variant() -> native.IsaPath | None:
+    """The GEMM variant a wheel would load on this CPU (as ``/proc/cpuinfo`` reports it), which
+    the JIT build compiles, so that a development install runs the code a wheel ships and the
+    ISA plugin-api reasons about; None where no variant fits (then ``-march=native``)."""
+    return native.best(native.GEMM_VARIANTS, platform.machine(), _cpu_flags())
+
+
 def cflags() -> tuple[str, ...]:
-    """The JIT build's compiler flags (for the host CPU): ``native.gemm_cflags``."""
-    return native.gemm_cflags(None)
+    """The JIT build's compiler flags: ``native.gemm_cflags`` of ``jit_variant()``."""
+    return native.gemm_cflags(jit_variant())
 
 
 def extension() -> Extension:
@@ -162,7 +169,9 @@ def _build(onednn: OneDnnInstall) -> Extension:
     seconds = 0.0 if cached else time.perf_counter() - started
     if not cached:
         print(f"plugin-api cpu-arm-acl: built in {seconds:.0f} s", file=sys.stderr, flush=True)
-    return Extension(ops, onednn, build_dir, seconds, "jit")
+    variant = jit_variant()
+    origin = f"jit {variant.name if variant else 'native'}"
+    return Extension(ops, onednn, build_dir, seconds, origin)
 
 
 def _cpu_id() -> str:

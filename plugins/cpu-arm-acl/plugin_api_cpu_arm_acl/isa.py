@@ -65,8 +65,8 @@ def panel_isa(info: DeviceInfo) -> str:
 
 
 def quant_isa(info: DeviceInfo) -> str:
-    """The widest vector path of the group-quant kernel for this CPU (it is built with
-    ``-march=native``): ``avx512`` (AVX-512 F/BW/VL, with AVX2 for the rest of a group), ``avx2``
+    """The widest vector path of the group-quant kernel for this CPU (built as the GEMM variant
+    this CPU loads): ``avx512`` (AVX-512 F/BW/VL, with AVX2 for the rest of a group), ``avx2``
     (AVX2, FMA, F16C), ``neon`` (every aarch64 CPU), else ``scalar`` (compiler-vectorised C++);
     group_quant.cpp's PA_AVX512, PA_AVX2 and PA_NEON."""
     if info.machine in ARM:

@@ -120,7 +120,7 @@ ISA_PATHS = (
 )
 
 # The GEMM/quant extension selects its kernels at compile time (group_quant.cpp, gemv.cpp), so a
-# wheel carries one build per level; the JIT build compiles for the host (-march=native). The
+# wheel carries one build per level; the JIT build compiles the level a wheel would load here. The
 # top level adds VBMI (group_quant.cpp's bf16 path) to AVX-512 BF16 (gemv.cpp): the CPUs that
 # have both (Sapphire Rapids, Zen 4) are where those kernels matter.
 GEMM_VARIANTS = (
@@ -157,7 +157,7 @@ def attention_cflags(isa: IsaPath) -> tuple[str, ...]:
 
 
 def gemm_cflags(variant: IsaPath | None, machine: str | None = None) -> tuple[str, ...]:
-    """The GEMM extension's flags: for a wheel's ``variant``, else (None) for the host CPU."""
+    """The GEMM extension's flags for ``variant``; None (a CPU no variant fits) for the host."""
     if variant is not None:
         return (*GEMM_COMMON_CFLAGS, *variant.cflags)
     native = "-mcpu=native" if (machine or platform.machine()) in ARM else "-march=native"

@@ -9,14 +9,15 @@ import dataclasses
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from plugin_api.device_info import DeviceInfo, TorchBuild
-from plugin_api_cpu_arm_acl import locate, native, prebuilt
+from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
+from plugin_api_cpu_arm_acl import build, locate, native, prebuilt
 from plugin_api_cpu_arm_acl.probe import probe
 
 PLUGIN = Path(__file__).resolve().parents[1]
@@ -151,6 +152,23 @@ def test_jit_and_wheel_flags_share_one_description():
     assert "-march=native" in jit and "-march=native" not in wheel
     assert "-ffp-contract=off" in wheel  # the bit-exact epilogue needs it in both
     assert set(native.GEMM_ISA_SOURCES) <= set(native.GEMM_SOURCES)
+
+
+def test_jit_build_compiles_the_level_a_wheel_loads_here():
+    # a development install runs the code a wheel ships for this CPU, at the ISA plugin-api
+    # reads from /proc/cpuinfo (not -march=native, which asks CPUID past a capped cpuinfo)
+    if prebuilt.read() is not None:
+        pytest.skip("a wheel install: its prebuilt libraries are loaded, nothing is compiled")
+    variant = build.jit_variant()
+    flags = read_device_info().cpu_flags
+    assert variant == native.best(native.GEMM_VARIANTS, platform.machine(), flags)
+    if variant is None:
+        pytest.skip(f"no GEMM variant fits this CPU ({platform.machine()}): -march=native")
+    assert "-march=native" not in build.cflags() and set(variant.cflags) <= set(build.cflags())
+    ext = build.extension()
+    assert ext.origin == f"jit {variant.name}"
+    # the compiled library agrees: only the avx512bf16 level has the bf16 GEMV
+    assert (str(ext.ops.gemv_isa()) != "none") == (variant.name == "avx512bf16")
 
 
 def _setup_requirements(env: dict[str, str]) -> list[str]:

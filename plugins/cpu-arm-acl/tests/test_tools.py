@@ -97,6 +97,7 @@ def test_avx2_cap_puts_every_layer_on_its_avx2_path(capfd):
     assert seen["cpuinfo_avx512"] == []
     assert seen["plugin_isa"] == "AVX2" and seen["attention_variant"] == "avx2"
     assert seen["aten_capability"] == "AVX2" and seen["inductor_isa"] == "avx2"
+    assert seen["inductor_march"] == "x86-64-v3"
     assert not any(seen["torch_probes"].values()), seen["torch_probes"]
     assert seen["env"] == tool.ENV
     assert flags() == before  # the mount stayed in its namespace

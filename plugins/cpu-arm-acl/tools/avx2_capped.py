@@ -7,21 +7,26 @@ AVX2-only CPU (Zen 2/3, Haswell to Comet Lake) takes, on this machine's cores an
 Each layer decides its ISA its own way, so each is capped where it decides:
 
 - plugin-api and its plugins read ``/proc/cpuinfo``: a copy without the AVX-512, AMX and
-  AVX-VNNI flags is bind-mounted over it in a private mount namespace (``unshare -m``; root);
-- oneDNN (the plugin's and torch's) and MKL ask CPUID: ``ONEDNN_MAX_CPU_ISA`` and
+  AVX-VNNI flags is bind-mounted over it in a private mount namespace (``unshare -m``; root).
+  cpu-arm-acl's development build compiles the level a wheel loads for those flags (its
+  ``avx2`` variant: no AVX-512 in the quant kernel, no bf16 GEMV), in a cache folder of its own;
+- oneDNN (the plugin's, torch's and vLLM's) and MKL ask CPUID: ``ONEDNN_MAX_CPU_ISA`` and
   ``MKL_ENABLE_INSTRUCTIONS``;
-- torch's vectorised kernels and Inductor's code: ``ATEN_CPU_CAPABILITY``;
+- torch's vectorised kernels and Inductor's code: ``ATEN_CPU_CAPABILITY``; and the flags
+  Inductor compiles that code with: ``TORCHINDUCTOR_CPP_MARCH=x86-64-v3`` (AVX2, FMA, F16C)
+  instead of ``-march=native``, whose AVX-512 miscompiles Inductor's AVX2 code (vLLM's
+  vocab-parallel embedding mask came out with garbage indices beyond the 8th token);
 - ``torch.cpu._is_avx512_supported`` and the other CPUID probes in ``torch.cpu`` (which vLLM
   reads to load ``vllm._C_AVX2`` and choose its attention ISA): report False, through a
   ``sitecustomize`` on ``PYTHONPATH`` that patches them when ``torch.cpu`` is imported.
 
 What the cap cannot change: the cores themselves (AVX2 code on a core built for AVX-512 keeps
-its caches, memory and clock), and whatever asks CPUID itself: compilers' ``-march=native``
-(the plugin's int8 activation-quant kernel keeps AVX-512), the bf16 GEMV's availability, and
-torch's C++ dispatch (``torch._int_mm`` takes oneDNN as on a CPU with VNNI, then gets oneDNN's
-saturating AVX2 int8 kernel: wrong sums no AVX2 CPU gives). Figures taken under the cap are
-AVX2 code on this machine, and say so; they stand in for an AVX2 CPU only as far as its core
-does what this one does at AVX2 width.
+its caches, memory and clock), and what asks CPUID itself in C++: torch's dispatch
+(``torch._int_mm`` takes oneDNN as on a CPU with AVX512-VNNI, then gets oneDNN's saturating
+AVX2 int8 kernel, where an AVX2 CPU runs torch's exact scalar loop) and ``-march=native``
+builds (vLLM's own are prebuilt per ISA). Figures taken under the cap are AVX2 code on this
+machine, and say so; they stand in for an AVX2 CPU only as far as its core does what this one
+does at AVX2 width.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ ENV = {
     "DNNL_MAX_CPU_ISA": "AVX2",  # the name oneDNN before 3.0 read; harmless after
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ATEN_CPU_CAPABILITY": "avx2",
+    "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3",  # Inductor's -march: the AVX2 level, not native
 }
 # torch.cpu's CPUID probes that must read False on an AVX2-only CPU (those this torch has)
 TORCH_PROBES = (
@@ -129,6 +135,7 @@ def unavailable() -> str | None:
 def report() -> dict[str, object]:
     """What each layer sees (run under the cap by ``--check``)."""
     import torch
+    from torch._inductor import config as inductor_config
     from torch._inductor import cpu_vec_isa
 
     from plugin_api.device_info import read_device_info
@@ -143,6 +150,7 @@ def report() -> dict[str, object]:
         "aten_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_probes": {p: getattr(torch.cpu, p)() for p in TORCH_PROBES if hasattr(torch.cpu, p)},
         "inductor_isa": str(cpu_vec_isa.pick_vec_isa()),
+        "inductor_march": inductor_config.cpp.march,
         "env": {k: os.environ.get(k) for k in ENV},
     }
 

@@ -11,6 +11,13 @@
 namespace pa_onednn::panel {
 namespace {
 
+// A build for AVX-512 (a development build on such a CPU) may use EVEX's ymm16-31 here too.
+#if defined(__AVX512VL__)
+constexpr int kYmmRegisters = 32;
+#else
+constexpr int kYmmRegisters = 16;
+#endif
+
 // Weights stream from DRAM once per call; the hardware prefetcher alone left single-row calls
 // about 15-30% short of the bandwidth on the development machine (measured: 1-4 KiB ahead all
 // help alike). One prefetch per 64-byte line: every second 32-byte step.
@@ -24,6 +31,7 @@ PA_AVX2 inline void prefetch(const void* p) {
 struct Bf16Pairs {  // 32-bit word j = (column j, column 8 + j): two integer ops, no shuffle
   using W = uint16_t;
   static constexpr bool kStream = true;  // read from memory once: prefetch
+  static constexpr int kConstants = 1;   // ymm registers load() keeps: the 0xffff0000 mask
   PA_AVX2 static void load(const W* w, __m256& w0, __m256& w1) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
     w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -35,6 +43,7 @@ struct Bf16Pairs {  // 32-bit word j = (column j, column 8 + j): two integer ops
 struct Halves {  // fp16 in column order: vcvtph2ps (exact)
   using W = uint16_t;
   static constexpr bool kStream = true;
+  static constexpr int kConstants = 0;
   PA_AVX2 static void load(const W* w, __m256& w0, __m256& w1) {
     w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
     w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8)));
@@ -44,6 +53,7 @@ struct Halves {  // fp16 in column order: vcvtph2ps (exact)
 struct Floats {  // a k block already widened into an L1 buffer
   using W = float;
   static constexpr bool kStream = false;
+  static constexpr int kConstants = 0;
   PA_AVX2 static void load(const W* w, __m256& w0, __m256& w1) {
     w0 = _mm256_loadu_ps(w);
     w1 = _mm256_loadu_ps(w + 8);
@@ -61,6 +71,9 @@ struct FloatPanels : Floats {  // fp32 weights read from memory once: prefetch
 template <int MR, typename Wd>
 struct Tile {
   static constexpr int S = MR <= 3 ? 2 : 1;
+  // Every ymm register taken (12 accumulators, 2 weights, 1 broadcast, bf16's mask): one k
+  // step per iteration, since GCC interleaving two spilled 4 accumulators per pair on AVX2.
+  static constexpr bool kOneStep = 2 * MR + 3 + Wd::kConstants >= kYmmRegisters;
   __m256 c0[S][MR], c1[S][MR];
 
   PA_AVX2 void step(int s, const float* x, const typename Wd::W* w) {
@@ -82,12 +95,21 @@ struct Tile {
       if constexpr (S == 2) c0[1][r] = c1[1][r] = _mm256_setzero_ps();
     }
     int64_t k = 0;
-    for (; k + 2 <= kc; k += 2) {
-      if constexpr (Wd::kStream) prefetch(w + k * 16);
-      // fp32: each k step is a whole 64-byte line
-      if constexpr (Wd::kStream && sizeof(typename Wd::W) == 4) prefetch(w + (k + 1) * 16);
-      step(0, x + k * MR, w + k * 16);
-      step(S - 1, x + (k + 1) * MR, w + (k + 1) * 16);
+    if constexpr (kOneStep) {
+#pragma GCC unroll 1
+      for (; k + 1 <= kc; ++k) {
+        if constexpr (Wd::kStream)
+          if (sizeof(typename Wd::W) == 4 || (k & 1) == 0) prefetch(w + k * 16);
+        step(0, x + k * MR, w + k * 16);
+      }
+    } else {
+      for (; k + 2 <= kc; k += 2) {
+        if constexpr (Wd::kStream) prefetch(w + k * 16);
+        // fp32: each k step is a whole 64-byte line
+        if constexpr (Wd::kStream && sizeof(typename Wd::W) == 4) prefetch(w + (k + 1) * 16);
+        step(0, x + k * MR, w + k * 16);
+        step(S - 1, x + (k + 1) * MR, w + (k + 1) * 16);
+      }
     }
     if (k < kc) step(0, x + k * MR, w + k * 16);
 #pragma GCC unroll 6
