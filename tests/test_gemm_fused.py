@@ -23,15 +23,19 @@ BACKENDS = ["reference", "cpu-arm-acl"]
 # K order whatever N is gives the fused parts bit for bit. Measured so on x86 with AVX-512 BF16
 # and no AMX (oneDNN, panels, GEMV), and for torch's gemms under `reference` on x86 without AMX.
 # Where AMX tiles run the 16-bit products (oneDNN's and torch's alike: a bf16 -> fp32 M=1 part
-# was 4.8e-7 off on a Xeon with AMX), and elsewhere (AVX2's f32 gemm may split K across threads
-# by shape, ACL on Arm), the kernels may differ by N, so the parts get the kit's tolerance.
+# was 4.8e-7 off on a Xeon with AMX), on x86 without AVX-512 (torch's f32 gemm on its AVX2 path
+# gave parts 4.8e-7 to 1.7e-6 off on an Intel core capped to AVX2; AVX2's f32 gemm may split K
+# across threads by shape), and on Arm (ACL), the kernels may differ by N, so the parts get the
+# kit's tolerance.
 _FLAGS = read_device_info().cpu_flags
+_X86 = platform.machine() in ("x86_64", "AMD64")
 _AMX = "amx_bf16" in _FLAGS
-_X86_AVX512_BF16 = platform.machine() in ("x86_64", "AMD64") and "avx512_bf16" in _FLAGS
+_X86_AVX512_BF16 = _X86 and "avx512_bf16" in _FLAGS
+_X86_AVX2_ONLY = _X86 and "avx512f" not in _FLAGS
 
 
 def _bitwise(backend_id: str, dtype: torch.dtype) -> bool:
-    if _AMX and dtype != FP32:
+    if (_AMX and dtype != FP32) or _X86_AVX2_ONLY:
         return False
     return backend_id == "reference" or _X86_AVX512_BF16
 
