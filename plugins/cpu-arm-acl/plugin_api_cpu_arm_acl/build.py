@@ -3,7 +3,7 @@ machine on first use.
 
 A wheel carries it compiled per ISA level (``prebuilt.py``; the best level this CPU runs is
 loaded, nothing is compiled). A development (editable) install builds it on first use, at the
-level a wheel would load on this CPU (``jit_variant``), into a per-user cache directory keyed by
+level a wheel would load on this CPU (``host_variant``), into a per-user cache directory keyed by
 the source hash, the flags, the torch version, the oneDNN version and location, and the CPU; the
 first use prints one line before and after the build (about a minute on 2 cores); a failed build
 raises ``ExtensionBuildError`` naming the compiler log. Sources and flags: ``native.py``.
@@ -64,16 +64,16 @@ def build_key(onednn: OneDnnInstall, torch_version: str) -> str:
     return h.hexdigest()[:16]
 
 
-def jit_variant() -> native.IsaPath | None:
-    """The GEMM variant a wheel would load on this CPU (as ``/proc/cpuinfo`` reports it), which
-    the JIT build compiles, so that a development install runs the code a wheel ships and the
+def host_variant() -> native.IsaPath | None:
+    """The GEMM variant for this CPU (as ``/proc/cpuinfo`` reports it): what a wheel loads and
+    what the JIT build compiles, so that a development install runs the code a wheel ships and the
     ISA plugin-api reasons about; None where no variant fits (then ``-march=native``)."""
     return native.best(native.GEMM_VARIANTS, platform.machine(), _cpu_flags())
 
 
 def cflags() -> tuple[str, ...]:
-    """The JIT build's compiler flags: ``native.gemm_cflags`` of ``jit_variant()``."""
-    return native.gemm_cflags(jit_variant())
+    """The JIT build's compiler flags: ``native.gemm_cflags`` of ``host_variant()``."""
+    return native.gemm_cflags(host_variant())
 
 
 def extension() -> Extension:
@@ -92,7 +92,7 @@ def _load_prebuilt(onednn: OneDnnInstall, manifest: native.Manifest) -> Extensio
     import torch
 
     prebuilt.check(manifest)
-    variant = native.best(native.GEMM_VARIANTS, platform.machine(), _cpu_flags())
+    variant = host_variant()
     if variant is None or variant.name not in manifest.gemm:
         raise ExtensionBuildError(
             f"cpu-arm-acl: this wheel has GEMM builds for {list(manifest.gemm)}; none runs on "
@@ -169,7 +169,7 @@ def _build(onednn: OneDnnInstall) -> Extension:
     seconds = 0.0 if cached else time.perf_counter() - started
     if not cached:
         print(f"plugin-api cpu-arm-acl: built in {seconds:.0f} s", file=sys.stderr, flush=True)
-    variant = jit_variant()
+    variant = host_variant()
     origin = f"jit {variant.name if variant else 'native'}"
     return Extension(ops, onednn, build_dir, seconds, origin)
 

@@ -159,7 +159,7 @@ def test_jit_build_compiles_the_level_a_wheel_loads_here():
     # reads from /proc/cpuinfo (not -march=native, which asks CPUID past a capped cpuinfo)
     if prebuilt.read() is not None:
         pytest.skip("a wheel install: its prebuilt libraries are loaded, nothing is compiled")
-    variant = build.jit_variant()
+    variant = build.host_variant()
     flags = read_device_info().cpu_flags
     assert variant == native.best(native.GEMM_VARIANTS, platform.machine(), flags)
     if variant is None:
