@@ -7,7 +7,7 @@ from __future__ import annotations
 from plugin_api.contract import Availability
 from plugin_api.device_info import DeviceInfo
 
-from . import kernel_probe, pages, prebuilt
+from . import kernel_probe, native, pages, prebuilt
 from .isa import ARM, X86, bf16_matmul, int8_matmul_exact, isa_name
 from .locate import FACT_ACL, FACT_MISSING, FACT_ROOT, FACT_VERSION
 from .settings import ROOT
@@ -95,8 +95,15 @@ def _prebuilt_refused(info: DeviceInfo) -> str | None:
 
 
 def _native_origin(info: DeviceInfo) -> str | None:
-    """One line: the kernels come from the wheel, or are compiled here on first use."""
+    """One line: the kernels come from the wheel, or are compiled here on first use, and the
+    GEMM level either runs on this CPU (a wheel loads it; a development build compiles it)."""
     origin = info.fact(prebuilt.FACT_NATIVE)
     if origin == "prebuilt":
-        return f"native kernels prebuilt for torch {info.fact(prebuilt.FACT_BUILT_TORCH)} (wheel)"
-    return prebuilt.JIT_NOTE if origin == "jit" else None
+        line = f"native kernels prebuilt for torch {info.fact(prebuilt.FACT_BUILT_TORCH)} (wheel)"
+    elif origin == "jit":
+        line = prebuilt.JIT_NOTE
+    else:
+        return None
+    level = native.best(native.GEMM_VARIANTS, info.machine, info.cpu_flags)
+    built = f"{level.name}: {level.summary}" if level else "-march=native (no level fits)"
+    return f"{line}; GEMM level {built}"

@@ -109,9 +109,14 @@ def test_probe_refuses_an_unreadable_manifest():
 def test_probe_says_where_the_kernels_come_from():
     wheel = probe(x86("2.13.0+cpu", wheel_facts("2.13.0+cpu")))
     assert str(wheel.status) == "experimental"
-    assert "native kernels prebuilt for torch 2.13.0+cpu (wheel)" in wheel.reasons
+    level = "GEMM level avx512: AVX-512"  # AVX512 here lacks avx512_bf16/avx512vbmi
+    assert f"native kernels prebuilt for torch 2.13.0+cpu (wheel); {level}" in wheel.reasons
     jit = probe(x86("2.13.0+cpu", {prebuilt.FACT_NATIVE: "jit"}))
-    assert prebuilt.JIT_NOTE in jit.reasons
+    assert f"{prebuilt.JIT_NOTE}; {level}" in jit.reasons
+    flags = frozenset({"avx2", "fma", "f16c"})
+    avx2 = DeviceInfo("x86_64", cpu_model="x86 CPU", cpu_flags=flags, torch=TorchBuild("2.13.0"))
+    avx2 = avx2.with_facts(ONEDNN_X86 | {prebuilt.FACT_NATIVE: "jit"})
+    assert any(r.endswith("; GEMM level avx2: AVX2 + FMA + F16C") for r in probe(avx2).reasons)
     # a what-if DeviceInfo carries no such fact: no line either way
     plain = probe(x86("2.13.0+cpu", {}))
     assert not any("JIT" in r or "prebuilt" in r for r in plain.reasons)
