@@ -16,16 +16,18 @@ Kernels: ``csrc/panel_*.cpp``; which ISA's kernels run, and their blocking, is `
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from plugin_api.contract.decision import Decision, ImplPath
-from plugin_api.device_info import DeviceInfo, read_device_info
+from plugin_api.device_info import DeviceInfo
 from plugin_api.ops import checks
 from plugin_api.ops.gemm import GemmProblem, GemmSpec, problem_of
 from plugin_api.ops.primitive_cache import PrimitiveCache
 
+from . import cpu_family
 from .build import extension
 from .isa import bf16_matmul, f32_panel, int8_matmul_exact, int8_panel_exact, isa_name, panel_isa
 from .kernel_probe import onednn_bf16
@@ -63,7 +65,7 @@ class PanelWeight:
 @dataclass(frozen=True, slots=True)
 class PanelPlan:
     """What a call runs: its full problem and the kernel configuration (``PanelConf`` in
-    csrc/kernels.h: isa, widen, kc, mc, threads) cached for it."""
+    csrc/kernels.h: isa, widen, kc, mc, threads, order) cached for it."""
 
     problem: GemmProblem
     conf: tuple[int, ...]
@@ -79,19 +81,26 @@ class PanelGemm:
         threads: int | None = None,
         cache_capacity: int = 256,
     ) -> None:
-        self.policy = PanelPolicy() if policy is None else policy
+        self.policy = policy  # None: PanelPolicy.default_for the machine
         if threads is not None:
             checks.positive_int("PanelGemm", "threads", threads)
         self.threads = threads
         self.cache: PrimitiveCache[GemmProblem, PanelPlan] = PrimitiveCache(cache_capacity)
-        self._machine: DeviceInfo | None = None
         # plans by the call's varying fields, see plan()
         self._recent: dict[tuple[object, ...], PanelPlan] = {}
 
     # ---- decisions (pure) ----------------------------------------------------------------------
 
+    def policy_for(self, info: DeviceInfo) -> PanelPolicy:
+        """The policy given, else the measured default for the machine ``info`` describes
+        (architecture, CPU vendor)."""
+        if self.policy is not None:
+            return self.policy
+        return PanelPolicy.default_for(info.machine, cpu_family.parse(info.fact(cpu_family.FACT)))
+
     def isa(self, info: DeviceInfo) -> str:
-        return panel_isa(info) if self.policy.isa == "auto" else self.policy.isa
+        isa = self.policy_for(info).isa
+        return panel_isa(info) if isa == "auto" else isa
 
     def supports(self, spec: GemmSpec, info: DeviceInfo) -> Decision:
         isa = self.isa(info)
@@ -100,7 +109,8 @@ class PanelGemm:
             return Decision.reject("fp32 weights: oneDNN's f32 matmul serves them")
         if isa == "avx2" and panel_isa(info) != "avx2":
             return Decision.reject(f"{PANEL} isa=avx2, but {isa_name(info)} lacks AVX2/FMA/F16C")
-        policy = f"PanelPolicy: {self.policy.describe()} ({PANEL})"
+        origin = PANEL if self.policy is not None else "default"
+        policy = f"PanelPolicy: {self.policy_for(info).describe()} ({origin})"
         if spec.weight_dtype == F32:
             return Decision.accept(
                 f"fp32 on {isa_name(info)} (oneDNN has only its jit sgemm here): {how}, fp32 "
@@ -134,12 +144,15 @@ class PanelGemm:
             policy,
         )
 
-    def variant(self, isa: str) -> tuple[str, tuple[int, ...]]:
-        """The kernel variant for an ISA (without threads): its name and conf prefix."""
-        tile = isa == "generic"  # the at::vec kernels widen once per k block
-        p = self.policy
-        name = f"{isa}/{'tile' if tile else 'reg'}/kc{p.kc}/mc{p.mc}"
-        return name, (ISA_CODES[isa], int(tile), p.kc, p.mc)
+    def variant(self, isa: str, m: int, threads: int) -> tuple[str, tuple[int, ...]]:
+        """The kernel variant of a call of ``m`` rows on ``threads``: its name and its conf
+        (``PanelConf`` in csrc/kernels.h: isa, widen, kc, mc, threads, order)."""
+        p = self._host_policy
+        block_major = p.block_major(m)
+        tile = isa == "generic" or block_major  # the at::vec kernels widen once per k block
+        order = "blocks" if block_major else "panels"
+        name = f"{isa}/{'tile' if tile else 'reg'}/{order}/kc{p.kc}/mc{p.mc}/t{threads}"
+        return name, (ISA_CODES[isa], int(tile), p.kc, p.mc, threads, int(block_major))
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -148,7 +161,7 @@ class PanelGemm:
     ) -> PanelWeight:
         """Pack ``weight`` ``[N, K]`` (bf16, fp16, fp32 or int8; int8 keeps ``weight_scale``
         ``[N]`` fp32)."""
-        isa = self.isa(self._host())
+        isa = self.isa(cpu_family.host())
         ops = extension().ops
         if not ops.panel_available(ISA_CODES[isa], spec.scaled):
             raise RuntimeError(f"cpu-arm-acl: the {isa} panel kernels are not in this build")
@@ -174,14 +187,14 @@ class PanelGemm:
         """
         threads = self._threads()
         bias_dtype = None if bias is None else bias.dtype
-        key = (spec, self.policy, payload.isa, threads, x.dtype, out.dtype, bias_dtype,
+        key = (spec, payload.isa, threads, x.dtype, out.dtype, bias_dtype,
                x.shape[0], x.stride(0), out.stride(0))  # fmt: skip
         plan = self._recent.get(key)
         if plan is not None:
             return plan
-        name, conf = self.variant(payload.isa)
-        problem = problem_of(spec, x, bias, out, variant=f"{name}/t{threads}")
-        plan = self.cache.get_or_build(problem, lambda p: PanelPlan(p, (*conf, threads)))
+        name, conf = self.variant(payload.isa, x.shape[0], threads)
+        problem = problem_of(spec, x, bias, out, variant=name)
+        plan = self.cache.get_or_build(problem, lambda p: PanelPlan(p, conf))
         if len(self._recent) >= self.cache.stats().capacity:
             self._recent.clear()  # bounded like the cache; refilled from it
         self._recent[key] = plan
@@ -226,7 +239,7 @@ class PanelGemm:
     def _threads(self) -> int:
         return self.threads or torch.get_num_threads()
 
-    def _host(self) -> DeviceInfo:
-        if self._machine is None:
-            self._machine = read_device_info()
-        return self._machine
+    # The policy of the machine the kernels run on, derived once (not per call).
+    @functools.cached_property
+    def _host_policy(self) -> PanelPolicy:
+        return self.policy_for(cpu_family.host())

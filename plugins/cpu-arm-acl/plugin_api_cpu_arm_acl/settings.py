@@ -9,7 +9,8 @@
   ``prefetch=1`` (default: ``GemvPolicy.default_for`` the machine and its CPU family).
 - ``PLUGIN_API_ONEDNN_LARGE_M``: the ``LargeMPolicy``, ``min_m=2048`` or ``off`` (default:
   ``LargeMPolicy.default_for`` the machine).
-- ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``.
+- ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``
+  (default: ``PanelPolicy.default_for`` the machine and its CPU vendor).
 - ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX``: ``auto`` (default), ``on`` or ``off``: whether prefill
   tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
   kernels). ``auto``: where the CPU has AMX; ``on`` also elsewhere (torch's gemm runs them,
@@ -243,29 +244,48 @@ class PanelPolicy:
     - ``kc``: k steps per block (the weight block that every row group reuses from L1).
     - ``mc``: rows per pass over the weight (bounds the packed-x buffer to ``mc * K`` fp32;
       M > mc reads the weight ceil(M / mc) times).
+    - ``block_major_m``: calls of at least this many rows run block-major (each k block over a
+      chunk of 16 panels, so the x block stays in L2 for all of them, not the whole packed x
+      re-read per panel) and widen 16-bit weights once per k block into an fp32 buffer (the
+      kernel's loop then has no conversion); 0: never. Fewer rows run panel-major, rows in
+      groups of up to 6 per microkernel, 16-bit weights widened in registers. Every choice
+      gives the same bits: each sum runs over k in the same order.
 
-    Every M runs the same loop order: rows in groups of up to 6 per microkernel, 16-bit weights
-    widened in registers (faster than widening each k block into an fp32 buffer; the A/B and the
-    kc/mc choices: docs/measurements/cpu-arm-acl/2026-12-02-zen3.md). The generic (at::vec)
+    ``default_for``: ``block_major_m=128`` on Intel x86, where it ran the 0.49B model's four
+    linears 1.16-1.19x faster at M = 256-1024 on one thread and crossed at 64-128 rows (AVX2
+    code on Sapphire Rapids cores, 2026-12-07-xeon-avx2-capped.md: shifts and FMAs share the
+    same two ports there). Elsewhere 0: on a Zen 3 both were slower (widening per k block
+    0.54-0.83x, panels sharing k blocks 0.91-1.0x; 2026-12-02-zen3.md). The generic (at::vec)
     kernels always widen per k block.
     """
 
     isa: str = "auto"
     kc: int = 256
     mc: int = 256
+    block_major_m: int = 0
 
     def __post_init__(self) -> None:
         if self.isa not in PANEL_ISAS:
             raise ValueError(f"PanelPolicy.isa={self.isa!r} must be one of {PANEL_ISAS}")
-        _check_ints(self)
+        _check_ints(self, lowest={"block_major_m": 0})
 
     def describe(self) -> str:
-        return f"isa={self.isa}, kc={self.kc}, mc={self.mc}"
+        return f"isa={self.isa}, kc={self.kc}, mc={self.mc}, block_major_m={self.block_major_m}"
+
+    def block_major(self, m: int) -> bool:
+        """Whether a call of ``m`` rows runs block-major (and widens per k block)."""
+        return 0 < self.block_major_m <= m
 
     @classmethod
     def parse(cls, text: str) -> PanelPolicy:
         """``"isa=generic,kc=512"``; omitted keys keep their defaults."""
         return _parse(cls, PANEL, text)
+
+    @classmethod
+    def default_for(cls, machine: str, cpu: tuple[str, int] | None) -> PanelPolicy:
+        """The measured default for an architecture and (vendor, family) (see the class)."""
+        intel = machine in X86 and cpu is not None and cpu[0] == "GenuineIntel"
+        return cls(block_major_m=128) if intel else cls()
 
 
 def _check_ints(policy: object, lowest: Mapping[str, int] | None = None) -> None:
@@ -309,7 +329,7 @@ class PluginSettings:
     root: str | None = None
     threads: int | None = None  # None: torch.get_num_threads() at call time
     lm_head: LmHeadPolicy | None = None  # None: LmHeadPolicy.default_for the machine
-    panel: PanelPolicy = PanelPolicy()
+    panel: PanelPolicy | None = None  # None: PanelPolicy.default_for the machine
     attention_matrix: str = "auto"  # one of MATRIX_MODES
     attention_prefetch: str = "auto"  # one of PREFETCH_MODES
     gemv: GemvPolicy | None = None  # None: GemvPolicy.default_for the machine
@@ -328,7 +348,7 @@ def read(environ: Mapping[str, str] | None = None) -> PluginSettings:
             raise SettingError(f"{THREADS}={raw!r} must be a positive integer")
         threads = int(raw)
     policy = LmHeadPolicy.parse(env[LM_HEAD]) if LM_HEAD in env else None
-    panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else PanelPolicy()
+    panel = PanelPolicy.parse(env[PANEL]) if PANEL in env else None
     matrix = _mode(env, ATTENTION_MATRIX, MATRIX_MODES)
     prefetch = _mode(env, ATTENTION_PREFETCH, PREFETCH_MODES)
     gemv = GemvPolicy.parse(env[GEMV]) if GEMV in env else None

@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch.utils.cpp_extension import include_paths
 
-from plugin_api.device_info import read_device_info
+from plugin_api.device_info import DeviceInfo, TorchBuild, read_device_info
 from plugin_api.ops.gemm import GemmSpec
 from plugin_api.reference.gemm import ReferenceGemm
+from plugin_api_cpu_arm_acl import cpu_family
 from plugin_api_cpu_arm_acl.build import CSRC, extension
 from plugin_api_cpu_arm_acl.isa import panel_isa
 from plugin_api_cpu_arm_acl.panel_gemm import PanelGemm
@@ -21,6 +22,12 @@ from plugin_api_cpu_arm_acl.settings import PanelPolicy
 
 BF16, F32, F16, S8 = torch.bfloat16, torch.float32, torch.float16, torch.int8
 BLOCKS = dict(kc=40, mc=7)  # small blocks, so that tiny shapes cross k-block and row-block edges
+BLOCK_MAJOR = dict(
+    BLOCKS, block_major_m=1
+)  # every call block-major, 16-bit weights widened per k block
+EVERY_BLOCKING = pytest.mark.parametrize(
+    "blocks", [BLOCKS, BLOCK_MAJOR, {}], ids=["small-blocks", "block-major", "default-blocks"]
+)
 
 
 def _isas() -> list[str]:
@@ -51,7 +58,7 @@ def _rand(*shape: int, seed: int, dtype: torch.dtype = BF16, scale: float = 1.0)
 
 @pytest.mark.parametrize("wdt", [BF16, F16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("isa", _isas())
-@pytest.mark.parametrize("blocks", [BLOCKS, {}], ids=["small-blocks", "default-blocks"])
+@EVERY_BLOCKING
 @pytest.mark.parametrize("m,n,k", [(1, 37, 100), (6, 16, 1), (13, 130, 257), (20, 48, 80)])
 def test_fp32_out_is_the_accumulator(panel_here, wdt, isa, blocks, m, n, k):
     """fp32 out against the fp64 oracle (products are exact, only the summation rounds); 16-bit
@@ -73,7 +80,7 @@ def test_fp32_out_is_the_accumulator(panel_here, wdt, isa, blocks, m, n, k):
 
 
 @pytest.mark.parametrize("isa", _isas())
-@pytest.mark.parametrize("blocks", [BLOCKS, {}], ids=["small-blocks", "default-blocks"])
+@EVERY_BLOCKING
 @pytest.mark.parametrize("m,n,k", [(1, 37, 100), (6, 16, 1), (13, 130, 257), (8, 48, 2050)])
 def test_fp32_weights_against_fp64(isa, blocks, m, n, k):
     """fp32 panels (what AVX2-only x86 runs fp32 on): against the fp64 oracle with the bias
@@ -135,7 +142,7 @@ def test_k4096_logits_against_fp64(panel_here, isa):
     torch.testing.assert_close(out.double(), x.double() @ w.double().t(), atol=2e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("blocks", [BLOCKS, {}], ids=["small-blocks", "default-blocks"])
+@EVERY_BLOCKING
 @pytest.mark.parametrize("m,n,k", [(1, 40, 99), (7, 16, 2), (13, 33, 301), (3, 8, 8191)])
 def test_int8_is_exact(panel_here, blocks, m, n, k):
     """Unit scales and fp32 out: the output is the int64 oracle converted to fp32 (both round
@@ -187,10 +194,64 @@ def test_thread_counts_and_large_m_give_the_same_bits(panel_here):
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
-def test_the_variant_names_isa_widening_and_blocks():
-    impl = PanelGemm(policy=PanelPolicy(kc=128, mc=64))
-    assert impl.variant("avx2") == ("avx2/reg/kc128/mc64", (1, 0, 128, 64))
-    assert impl.variant("generic") == ("generic/tile/kc128/mc64", (0, 1, 128, 64))  # at::vec
+def test_the_variant_names_isa_widening_order_and_blocks():
+    impl = PanelGemm(policy=PanelPolicy(kc=128, mc=64, block_major_m=100))
+    assert impl.variant("avx2", 99, 2) == ("avx2/reg/panels/kc128/mc64/t2", (1, 0, 128, 64, 2, 0))
+    assert impl.variant("avx2", 100, 2) == ("avx2/tile/blocks/kc128/mc64/t2", (1, 1, 128, 64, 2, 1))
+    # the at::vec kernels always widen per k block
+    assert impl.variant("generic", 1, 1) == (
+        "generic/tile/panels/kc128/mc64/t1",
+        (0, 1, 128, 64, 1, 0),
+    )
+
+
+@pytest.mark.parametrize("wdt", [BF16, F16, F32, S8], ids=["bf16", "fp16", "fp32", "int8"])
+@pytest.mark.parametrize("isa", _isas())
+def test_block_major_gives_the_same_bits_as_panel_major(wdt, isa):
+    """Block-major (each k block over a chunk of panels, 16-bit weights widened per k block)
+    runs every sum over k in the same order as panel-major (widened in registers): the same
+    bits. 38 panels: more than one chunk of 16, a partial last panel; 40 rows in 7 groups."""
+    if wdt == S8 and isa != "avx2":
+        pytest.skip(f"no exact int8 panel kernel in the {isa} kernels")
+    m, n, k = 40, 600, 300
+    w, x = _rand(n, k, seed=31, dtype=wdt), _rand(m, k, seed=32, dtype=wdt)
+    spec = GemmSpec(n, k, wdt, F32)
+    s_w, s_x = _rand(n, seed=33, dtype=F32).abs() + 0.5, _rand(m, seed=34, dtype=F32).abs() + 0.5
+    outs = []
+    for block_major_m in (0, 1):
+        impl = _impl(isa, threads=2, kc=40, block_major_m=block_major_m)
+        assert impl.variant(isa, m, 2)[1][-1] == block_major_m
+        payload = impl.prepare(spec, w, s_w if wdt == S8 else None)
+        out = torch.full((m, n), float("nan"))
+        if wdt == S8:
+            impl.scaled_mm(spec, x, s_x, payload, None, out)
+        else:
+            impl.mm(spec, x, payload, None, out)
+        outs.append(out)
+    assert not outs[0].isnan().any()
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_block_major_by_default_on_intel_only():
+    """The measured defaults: block-major from 128 rows on Intel x86, never on AMD or Arm (and
+    the reason line names where the policy came from)."""
+    intel, amd = ("GenuineIntel", 6), ("AuthenticAMD", 25)
+    assert PanelPolicy.default_for("x86_64", intel) == PanelPolicy(block_major_m=128)
+    assert PanelPolicy.default_for("x86_64", amd) == PanelPolicy()
+    assert PanelPolicy.default_for("x86_64", None) == PanelPolicy()
+    assert PanelPolicy.default_for("aarch64", intel) == PanelPolicy()
+    p = PanelPolicy(block_major_m=128)
+    assert [p.block_major(m) for m in (1, 127, 128, 4096)] == [False, False, True, True]
+    assert not any(PanelPolicy().block_major(m) for m in (1, 128, 1 << 20))
+    with pytest.raises(ValueError, match="block_major_m=-1 must be an int >= 0"):
+        PanelPolicy(block_major_m=-1)
+    flags = frozenset({"avx2", "fma", "f16c"})
+    info = DeviceInfo("x86_64", cpu_model="Core i7", cpu_flags=flags, torch=TorchBuild("2.13.0"))
+    reasons = PanelGemm().supports(GemmSpec(64, 64, BF16, F32), info).reasons
+    assert "block_major_m=0 (default)" in reasons[-1]  # no vendor fact: not known to be Intel
+    info = info.with_facts({cpu_family.FACT: "GenuineIntel 6"})
+    reasons = PanelGemm().supports(GemmSpec(64, 64, BF16, F32), info).reasons
+    assert "PanelPolicy: isa=auto, kc=256, mc=256, block_major_m=128 (default)" in reasons[-1]
 
 
 def test_kernel_guards_reject_mismatched_tensors(panel_here):
@@ -200,7 +261,7 @@ def test_kernel_guards_reject_mismatched_tensors(panel_here):
     w = _rand(40, 64, seed=13)
     panels = ops.panel_pack(w, 1)
     assert tuple(panels.shape) == (3, 64, 16)
-    conf = [1 if "avx2" in _isas() else 0, 1, 256, 256, 1]
+    conf = [1 if "avx2" in _isas() else 0, 1, 256, 256, 1, 0]
     x, out = _rand(2, 64, seed=14), torch.full((2, 40), float("nan"))
     with pytest.raises(RuntimeError, match="panels do not match N=49"):
         ops.panel_mm(x, panels, 49, None, torch.empty(2, 49), conf)
@@ -208,10 +269,12 @@ def test_kernel_guards_reject_mismatched_tensors(panel_here):
         ops.panel_mm(x.float(), panels, 40, None, out, conf)
     with pytest.raises(RuntimeError, match="bias must be fp32 \\[40\\]"):
         ops.panel_mm(x, panels, 40, torch.zeros(39), out, conf)
-    with pytest.raises(RuntimeError, match="panel conf has 5 fields"):
-        ops.panel_mm(x, panels, 40, None, out, conf[:4])
+    with pytest.raises(RuntimeError, match="panel conf has 6 fields"):
+        ops.panel_mm(x, panels, 40, None, out, conf[:5])
+    with pytest.raises(RuntimeError, match="bad panel conf"):
+        ops.panel_mm(x, panels, 40, None, out, [*conf[:5], 2])  # no order 2
     with pytest.raises(RuntimeError, match="only widen per k block"):
-        ops.panel_mm(x, panels, 40, None, out, [0, 0, 256, 256, 1])
+        ops.panel_mm(x, panels, 40, None, out, [0, 0, 256, 256, 1, 0])
     assert torch.isnan(out).all()  # nothing above wrote to out
 
 

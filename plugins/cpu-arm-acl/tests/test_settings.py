@@ -26,7 +26,7 @@ def test_descriptor_declares_every_setting():
 
 def test_defaults():
     s = settings.read({})
-    assert s == settings.PluginSettings(None, None, None, PanelPolicy(), gemv=None)
+    assert s == settings.PluginSettings(None, None, None, None, gemv=None)
     assert LmHeadPolicy.default_for("aarch64") == LmHeadPolicy(64000, 9)
     assert LmHeadPolicy.default_for("x86_64") == LmHeadPolicy(enabled=False, pad_m=4, gemv_m=8)
 
@@ -145,7 +145,8 @@ def test_env_policy_reaches_the_implementation_and_its_reasons(monkeypatch):
     assert "N >= 1000 and M >= 2 (PLUGIN_API_ONEDNN_LM_HEAD)" in reasons[-1]
     avx2 = dataclasses.replace(avx512, cpu_flags=frozenset({"avx2", "fma"}))
     reasons = panel.supports(LM_HEAD, avx2).reasons
-    assert "PanelPolicy: isa=auto, kc=128, mc=64 (PLUGIN_API_ONEDNN_PANEL)" in reasons[-1]
+    expect = "PanelPolicy: isa=auto, kc=128, mc=64, block_major_m=0 (PLUGIN_API_ONEDNN_PANEL)"
+    assert expect in reasons[-1]
 
 
 @pytest.mark.parametrize(

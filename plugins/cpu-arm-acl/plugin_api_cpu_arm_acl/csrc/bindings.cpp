@@ -178,10 +178,12 @@ void quant(const Tensor& x, int64_t group, bool fp8, double eps, bool ue8m0, boo
 // ---- panel GEMMs --------------------------------------------------------------------------
 
 PanelConf panel_conf_of(const std::vector<int64_t>& v) {
-  TORCH_CHECK(v.size() == 5, "pa_cpu_onednn: panel conf has 5 fields, got ", v.size());
+  TORCH_CHECK(v.size() == 6, "pa_cpu_onednn: panel conf has 6 fields, got ", v.size());
   PanelConf c;
-  c.isa = v[0], c.widen = v[1], c.kc = v[2], c.mc = v[3], c.threads = v[4];
-  TORCH_CHECK(c.kc > 0 && c.mc > 0 && c.threads >= 0, "pa_cpu_onednn: bad panel conf");
+  c.isa = v[0], c.widen = v[1], c.kc = v[2], c.mc = v[3], c.threads = v[4], c.order = v[5];
+  TORCH_CHECK(c.kc > 0 && c.mc > 0 && c.threads >= 0 &&
+                  (c.order == kPanelMajor || c.order == kBlockMajor),
+              "pa_cpu_onednn: bad panel conf");
   return c;
 }
 

@@ -60,6 +60,10 @@ const char* group_quant_isa();
 // (int32 accumulation without int16 saturation). Layouts: panel_isa.h.
 enum PanelIsa : int64_t { kPanelGeneric = 0, kPanelAvx2 = 1 };
 enum PanelWiden : int64_t { kWidenInRegisters = 0, kWidenTile = 1 };
+// Panel-major: each panel runs all its k blocks (the x rows stream from cache per panel: few
+// rows). Block-major: each k block runs over a chunk of panels, so that the x block stays in L2
+// for all of them (many rows: the whole packed x would not).
+enum PanelOrder : int64_t { kPanelMajor = 0, kBlockMajor = 1 };
 constexpr int64_t kPanelMaxK8 = (int64_t{1} << 17) - 1;  // |sum of K int8 products| < 2^31
 
 struct PanelConf {
@@ -68,6 +72,7 @@ struct PanelConf {
   int64_t kc = 256;                    // k steps per block
   int64_t mc = 256;                    // rows per pass over the weight (bounds the x buffer)
   int64_t threads = 0;                 // 0: torch's thread count
+  int64_t order = kPanelMajor;
 };
 
 struct PanelCall {

@@ -1,9 +1,9 @@
 // Panel GEMM driver: weight packing, activation packing, blocking, threads and the epilogue
 // (bias, scales, output rounding). The inner loops are the per-ISA microkernels of panel_isa.h.
 //
-// Threads split the panels (N), so every weight byte is read from memory once per call. Within
-// a panel, k runs in blocks of `kc` steps; every row group of the call reuses the block from L1
-// while it is hot, so large M re-reads the weight from cache, not from DRAM.
+// Threads split the panels (N), so every weight byte is read from memory once per pass of up to
+// `mc` rows. Within a panel, k runs in blocks of `kc` steps; every row group of the pass reuses
+// the block from L1 while it is hot, so large M re-reads the weight from cache, not from DRAM.
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -228,9 +228,10 @@ struct S8 {
   }
 };
 
-// Rows [0, c.m) of a call with m <= conf.mc. x is packed once; threads claim chunks of panels;
-// each panel runs its k blocks in order, every row group reusing the block from L1 (or, when
-// the ISA widens per k block, the block widened once into an fp32 buffer).
+// Rows [0, c.m) of a call with m <= conf.mc. x is packed once; threads claim chunks of panels.
+// Panel-major, each panel runs its k blocks in order; block-major, each k block runs over the
+// chunk's panels (their sums all held). Either way every row group reuses a panel's k block
+// from L1 (or, widening per k block, the block widened once into an fp32 buffer).
 template <typename T>
 void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& kern) {
   constexpr int64_t kDt = T::kDt;
@@ -254,36 +255,49 @@ void gemm_rows(const PanelCall& c, const PanelConf& conf, const panel::Kernels& 
       }
   });
   const auto* panels = static_cast<const typename T::W*>(c.panels);
+  const bool block_major = conf.order == kBlockMajor;
   claim(panel_count(c.n), kPanelsPerChunk, conf.threads, [&](int64_t p0, int64_t p1) {
     static thread_local std::vector<Acc> abuf;
     static thread_local std::vector<float> tbuf;
-    Acc* acc = scratch(abuf, static_cast<size_t>(c.m * kCols));  // [m][16]
+    const int64_t held = block_major ? p1 - p0 : 1;  // panels whose sums are in flight
+    Acc* acc = scratch(abuf, static_cast<size_t>(held * c.m * kCols));  // [held][m][16]
     float* wide = tile && kDt != kF32 ? scratch(tbuf, static_cast<size_t>(kc * kCols)) : nullptr;
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t k0 = 0; k0 < steps; k0 += kc) {
-        const int64_t kn = std::min(kc, steps - k0);
-        const auto* wp = panels + (p * steps + k0) * T::kStep;
-        if constexpr (kDt == kBF16 || kDt == kF16) {
-          if (tile) (kDt == kBF16 ? kern.widen_bf16 : kern.widen_f16)(kn, wp, wide);
-        }
-        for (const Group& gr : groups) {
-          const XWord* xg = xp + gr.row * steps + k0 * gr.rows;
-          const int mr = static_cast<int>(gr.rows);
-          Acc* ag = acc + gr.row * kCols;
-          if constexpr (kDt == kS8)
-            kern.s8(mr, kn, xg, wp, ag, k0 > 0);
-          else if constexpr (kDt == kF32)
-            kern.f32_panels(mr, kn, xg, wp, ag, k0 > 0);
-          else if (tile)
-            kern.f32(mr, kn, xg, wide, ag, k0 > 0);
-          else
-            half_tile(kern, kDt)(mr, kn, xg, wp, ag, k0 > 0);
-        }
+    // panel p's k block from k0 into its sums `ap` ([m][16])
+    auto block = [&](int64_t p, int64_t k0, Acc* ap) {
+      const int64_t kn = std::min(kc, steps - k0);
+      const auto* wp = panels + (p * steps + k0) * T::kStep;
+      if constexpr (kDt == kBF16 || kDt == kF16) {
+        if (tile) (kDt == kBF16 ? kern.widen_bf16 : kern.widen_f16)(kn, wp, wide);
       }
+      for (const Group& gr : groups) {
+        const XWord* xg = xp + gr.row * steps + k0 * gr.rows;
+        const int mr = static_cast<int>(gr.rows);
+        Acc* ag = ap + gr.row * kCols;
+        if constexpr (kDt == kS8)
+          kern.s8(mr, kn, xg, wp, ag, k0 > 0);
+        else if constexpr (kDt == kF32)
+          kern.f32_panels(mr, kn, xg, wp, ag, k0 > 0);
+        else if (tile)
+          kern.f32(mr, kn, xg, wide, ag, k0 > 0);
+        else
+          half_tile(kern, kDt)(mr, kn, xg, wp, ag, k0 > 0);
+      }
+    };
+    auto finish = [&](int64_t p, const Acc* ap) {
       const int64_t n0 = p * kCols, cols = std::min(kCols, c.n - n0);
       for (int64_t r = 0; r < c.m; ++r)
         for (int64_t j = 0; j < cols; ++j)
-          store(c.out, c.out_dt, r * c.ldc + n0 + j, T::finish(c, acc[r * kCols + j], r, n0 + j));
+          store(c.out, c.out_dt, r * c.ldc + n0 + j, T::finish(c, ap[r * kCols + j], r, n0 + j));
+    };
+    if (block_major) {
+      for (int64_t k0 = 0; k0 < steps; k0 += kc)
+        for (int64_t p = p0; p < p1; ++p) block(p, k0, acc + (p - p0) * c.m * kCols);
+      for (int64_t p = p0; p < p1; ++p) finish(p, acc + (p - p0) * c.m * kCols);
+      return;
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t k0 = 0; k0 < steps; k0 += kc) block(p, k0, acc);
+      finish(p, acc);
     }
   });
 }
