@@ -107,7 +107,7 @@ def prefetch_target(info: DeviceInfo, mode: str) -> PrefetchTarget:
             mode == "l1",
             f"next KV block prefetched into {mode.upper()} ({ATTENTION_PREFETCH}={mode})",
         )
-    cpu = cpu_family.parse(info.fact(cpu_family.FACT))
+    cpu = cpu_family.of(info)
     vendor, first = L1_PREFETCH_FROM
     if cpu is not None and cpu[0] == vendor and cpu[1] >= first:
         return PrefetchTarget(

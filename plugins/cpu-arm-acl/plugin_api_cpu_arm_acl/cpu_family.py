@@ -38,6 +38,11 @@ def parse(fact: str | None) -> tuple[str, int] | None:
     return (vendor, int(family)) if vendor and family.isdigit() else None
 
 
+def of(info: DeviceInfo) -> tuple[str, int] | None:
+    """(vendor, family) of the machine ``info`` describes; None when it carries no such fact."""
+    return parse(info.fact(FACT))
+
+
 def facts(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     try:
         found = read(path.read_text())

@@ -235,8 +235,7 @@ class OneDnnGemm:
         (architecture, CPU family, AMX)."""
         if self.gemv is not None:
             return self.gemv
-        cpu = cpu_family.parse(info.fact(cpu_family.FACT))
-        return GemvPolicy.default_for(info.machine, cpu, amx(info))
+        return GemvPolicy.default_for(info.machine, cpu_family.of(info), amx(info))
 
     def large_m_for(self, info: DeviceInfo) -> LargeMPolicy:
         """The large-M policy given, else the measured default for the machine ``info``

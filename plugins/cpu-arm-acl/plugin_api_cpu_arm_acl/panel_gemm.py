@@ -96,7 +96,7 @@ class PanelGemm:
         (architecture, CPU vendor)."""
         if self.policy is not None:
             return self.policy
-        return PanelPolicy.default_for(info.machine, cpu_family.parse(info.fact(cpu_family.FACT)))
+        return PanelPolicy.default_for(info.machine, cpu_family.of(info))
 
     def isa(self, info: DeviceInfo) -> str:
         isa = self.policy_for(info).isa

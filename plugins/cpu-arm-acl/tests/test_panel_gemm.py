@@ -22,9 +22,8 @@ from plugin_api_cpu_arm_acl.settings import PanelPolicy
 
 BF16, F32, F16, S8 = torch.bfloat16, torch.float32, torch.float16, torch.int8
 BLOCKS = dict(kc=40, mc=7)  # small blocks, so that tiny shapes cross k-block and row-block edges
-BLOCK_MAJOR = dict(
-    BLOCKS, block_major_m=1
-)  # every call block-major, 16-bit weights widened per k block
+# every call block-major, 16-bit weights widened per k block
+BLOCK_MAJOR = dict(BLOCKS, block_major_m=1)
 EVERY_BLOCKING = pytest.mark.parametrize(
     "blocks", [BLOCKS, BLOCK_MAJOR, {}], ids=["small-blocks", "block-major", "default-blocks"]
 )
