@@ -361,6 +361,33 @@ def test_window_and_gqa_in_a_wide_prefill_tile(backend, threads):
     run_and_check(backend, torch.device("cpu"), case)
 
 
+@native
+@pytest.mark.parametrize(
+    "feature",
+    [
+        {},
+        dict(sliding_window=37, logits_soft_cap=4.0),
+        dict(has_sinks=True, block_size=32),
+        dict(block_size=48, head_size=96),
+        dict(block_size=80, head_size=64),
+    ],
+    ids=["bs16", "bs16-window+softcap", "bs32-sinks", "bs48-d96", "bs80-d64"],
+)
+def test_rows_layout_runs_of_blocks_against_the_oracle(monkeypatch, threads, feature):
+    """The rows layout (prefill tiles where the matrix layout is off) takes runs of whole blocks
+    (about 64 keys: four of 16, two of 32, one of 48 or 80): key ranges that start and end inside
+    a run (a window, a context starting mid-block, a tile of more than TILE_ROWS rows), and
+    query rows in 6-row P.V and 24-row score tiles with their remainders (12 query heads)."""
+    monkeypatch.setenv(ATTENTION_MATRIX, "off")
+    backend = backend_for("cpu-arm-acl")
+    spec = spec_of(num_heads=12, num_kv_heads=2, **feature)
+    case = make_case(
+        spec, [1, 23, 50, 9], [40, 230, 171, 9], num_decodes=1, device="cpu", seed=5, pad_rows=2
+    )
+    assert not Attention(spec, backend).plan(case.batch).impl_plan.matrix
+    run_and_check(backend, torch.device("cpu"), case)
+
+
 # ---- the variants this machine cannot run still compile ----------------------------------------
 
 COMPILERS = {"x86_64": "g++", "aarch64": "aarch64-linux-gnu-g++"}

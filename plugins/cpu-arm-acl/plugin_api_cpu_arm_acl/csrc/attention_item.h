@@ -27,6 +27,10 @@ inline int64_t run_blocks(int64_t bs, int64_t heads, int64_t dim, int64_t elt) {
 // once per chunk).
 constexpr int64_t kMatrixKeys = 256;
 inline int64_t matrix_blocks(int64_t bs) { return std::max<int64_t>(1, kMatrixKeys / bs); }
+// A run of the rows layout (attend_rows): whole blocks, about kRowsRunKeys keys, whose K and V
+// as fp32 (2 x 32 KB at head size 128) stay in L1/L2 between scores and P.V.
+constexpr int64_t kRowsRunKeys = 64;
+inline int64_t rows_run_blocks(int64_t bs) { return std::max<int64_t>(1, kRowsRunKeys / bs); }
 
 // Rows of an item: per KV head of the item (outer), per query token, per query head of the
 // group (inner). per_head = tokens x group.
@@ -49,9 +53,9 @@ struct Scratch {
   std::vector<float> buf;
   float* q;      // dot: [R][D] ; rows: Q^T [D][Rp]
   float* acc;    // [Rp][D]
-  float* s;      // dot: [R][run keys], with kDotBf16 [run keys][Rp] ; rows: [bs][Rp]
-  float* kf;     // rows: K block as fp32 [bs][D]
-  float* vf;     // rows: V block as fp32 [bs][D]
+  float* s;      // dot: [R][run keys], with kDotBf16 [run keys][Rp] ; rows: [run keys][Rp]
+  float* kf;     // rows: the run's K as fp32 [run keys][D]
+  float* vf;     // rows: the run's V as fp32 [run keys][D]
   float* m;      // [Rp]
   float* l;      // [Rp]
   float* alpha;  // [Rp]
@@ -66,8 +70,10 @@ struct Scratch {
     const int64_t align = 16;  // floats: 64 bytes
     auto up = [&](int64_t n) { return (n + align - 1) / align * align; };
     // a rows block, a dot run or a matrix chunk
-    const int64_t keys = std::max({bs, kRunKeys, matrix_blocks(bs) * bs});
-    const int64_t sizes[] = {Rp * D, Rp * D, Rp * keys, bs * D, bs * D, Rp, Rp, Rp, Rp, Rp,
+    const int64_t rows_keys = rows_run_blocks(bs) * bs;
+    const int64_t keys = std::max({rows_keys, kRunKeys, matrix_blocks(bs) * bs});
+    const int64_t sizes[] = {Rp * D,        Rp * D, Rp * keys, rows_keys * D, rows_keys * D,
+                             Rp,            Rp,     Rp,        Rp,            Rp,
                              (Rp * keys + 1) / 2};
     int64_t total = align;
     for (int64_t n : sizes) total += up(n);

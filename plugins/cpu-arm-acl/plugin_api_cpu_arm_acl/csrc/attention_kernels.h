@@ -162,14 +162,19 @@ inline void qk_rows_tile(const float* kf, const float* qt, int64_t D, int64_t Rp
     for (int v = 0; v < NV; ++v) acc[t][v].store(st + (j + t) * Rp + r + v * kV);
 }
 
-// All bs columns (rows of kf outside the valid range are zero, so their scores are finite).
-inline void qk_rows(const float* kf, const float* qt, int64_t D, int64_t Rp, int bs, float* st) {
-  constexpr int NT = 4;  // bs is a multiple of 16
-  for (int j = 0; j < bs; j += NT) {
-    int64_t r = 0;
-    for (; r + 2 * kV <= Rp; r += 2 * kV) qk_rows_tile<NT, 2>(kf, qt, D, Rp, j, r, st);
-    for (; r < Rp; r += kV) qk_rows_tile<NT, 1>(kf, qt, D, Rp, j, r, st);
-  }
+// All n keys (a multiple of 16; rows of kf outside the valid range are zero, so their scores are
+// finite). Row tiles outside, keys inside: a tile's Q^T columns (D x 2-3 vectors) stay in L1 while
+// every key passes, where keys outside swept all of Q^T from L2 for every 4 keys.
+inline void qk_rows(const float* kf, const float* qt, int64_t D, int64_t Rp, int n, float* st) {
+  constexpr int NT = 4;
+  int64_t r = 0;
+  if constexpr (kV < 16)  // twelve accumulators (on AVX2 all 16 registers), as kPvRows
+    for (; r + 3 * kV <= Rp; r += 3 * kV)
+      for (int j = 0; j < n; j += NT) qk_rows_tile<NT, 3>(kf, qt, D, Rp, j, r, st);
+  for (; r + 2 * kV <= Rp; r += 2 * kV)
+    for (int j = 0; j < n; j += NT) qk_rows_tile<NT, 2>(kf, qt, D, Rp, j, r, st);
+  for (; r < Rp; r += kV)
+    for (int j = 0; j < n; j += NT) qk_rows_tile<NT, 1>(kf, qt, D, Rp, j, r, st);
 }
 
 // ---- online softmax ----------------------------------------------------------------------------
@@ -511,16 +516,24 @@ inline void pv_rows(const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64
   for (; d < D; d += kV) pv_tile<MR, 1>(p, prs, pts, v, D, j0, j1, alpha, acc, d, ahead);
 }
 
+// Rows per P.V tile: 6 where a vector holds 8 floats or fewer (AVX2: 12 accumulators, two V
+// vectors and one P fill 15 of its 16 registers; twelve FMA chains cover the FMA latency where
+// four rows' eight did not), 4 with AVX-512 (six measured slower there).
+constexpr int kPvRows = kV < 16 ? 6 : 4;
+
 // ahead: lines to prefetch meanwhile (see LineQueue), all requested by the return.
 template <typename VT>
 inline void pv(int R, const float* p, int64_t prs, int64_t pts, VRows<VT> v, int64_t D, int j0,
                int j1, const float* alpha, float* acc, LineQueue& ahead) {
-  ahead.spread((R / 4 * pv_tiles(4, D) + (R % 4 ? pv_tiles(R % 4, D) : 0)) *
+  const int rest = R % kPvRows;
+  ahead.spread((R / kPvRows * pv_tiles(kPvRows, D) + (rest ? pv_tiles(rest, D) : 0)) *
                ((j1 - 1) / v.bs - j0 / v.bs + 1));
   int r = 0;
-  for (; r + 4 <= R; r += 4)
-    pv_rows<4>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead);
+  for (; r + kPvRows <= R; r += kPvRows)
+    pv_rows<kPvRows>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead);
   switch (R - r) {
+    case 5: pv_rows<5>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
+    case 4: pv_rows<4>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
     case 3: pv_rows<3>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
     case 2: pv_rows<2>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;
     case 1: pv_rows<1>(p + r * prs, prs, pts, v, D, j0, j1, alpha + r, acc + r * D, ahead); break;

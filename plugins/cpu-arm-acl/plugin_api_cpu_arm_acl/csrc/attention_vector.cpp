@@ -165,48 +165,54 @@ void attend_dot(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, S
 #endif
 }
 
-// The rows layout, one block at a time: the block's K and V widened to fp32 once, then scores,
-// softmax and P.V vectorised over query rows. min_hi/max_lo: every row sees [max_lo, min_hi).
+// The rows layout, over runs of whole blocks (rows_run_blocks): the run's K and V widened to fp32
+// once, then scores, one softmax pass and P.V vectorised over query rows, so that P.V keeps its
+// accumulators in registers across the run (a pass per block reloaded and rescaled them every
+// block). min_hi/max_lo: every row sees [max_lo, min_hi).
 template <typename KT>
 void attend_rows(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w, int R,
                  int64_t Rp, int64_t first, int64_t last, float min_hi, float max_lo) {
   const Geometry& g = st.g;
-  const int64_t D = g.dim, bs = g.block;
+  const int64_t D = g.dim, bs = g.block, run = rows_run_blocks(bs);
   const int64_t k0 = item[kK0], k1 = item[kK1];
   const float* vf = w.vf;
-  for (int64_t b = first; b <= last; ++b) {
-    const int64_t kb = b * bs;
-    const int j0 = static_cast<int>(std::max<int64_t>(k0 - kb, 0));
-    const int j1 = static_cast<int>(std::min<int64_t>(k1 - kb, bs));
-    const KT* kp = kv.k(b);
-    const KT* vp = kp + kv.kv;
-    const KT* next_k = b < last ? kv.k(b + 1) : nullptr;
-    const KT* next_v = next_k ? next_k + kv.kv : nullptr;
-    for (int j = 0; j < bs; ++j) {
-      float* kr = w.kf + j * D;
-      if (j < j0 || j >= j1) {
-        std::fill(kr, kr + D, 0.f);
-        continue;
-      }
-      float* vr = w.vf + j * D;
-      prefetch_rows(next_k, next_v, j, 1, D);
-      for (int64_t d = 0; d < D; d += kV) {
-        load_f32(kp + j * D + d).store(kr + d);
-        load_f32(vp + j * D + d).store(vr + d);
+  for (int64_t c = first; c <= last; c += run) {
+    const int64_t c_end = std::min(last + 1, c + run), kc = c * bs;
+    const int n = static_cast<int>((c_end - c) * bs);
+    const int j0 = static_cast<int>(std::max<int64_t>(k0 - kc, 0));
+    const int j1 = static_cast<int>(std::min<int64_t>(k1 - kc, n));
+    for (int64_t b = c; b < c_end; ++b) {
+      const int off = static_cast<int>((b - c) * bs);
+      const KT* kp = kv.k(b);
+      const KT* vp = kp + kv.kv;
+      const KT* next_k = b < last ? kv.k(b + 1) : nullptr;
+      const KT* next_v = next_k ? next_k + kv.kv : nullptr;
+      for (int j = 0; j < bs; ++j) {
+        float* kr = w.kf + (off + j) * D;
+        if (off + j < j0 || off + j >= j1) {
+          std::fill(kr, kr + D, 0.f);
+          continue;
+        }
+        float* vr = w.vf + (off + j) * D;
+        prefetch_rows(next_k, next_v, j, 1, D);
+        for (int64_t d = 0; d < D; d += kV) {
+          load_f32(kp + j * D + d).store(kr + d);
+          load_f32(vp + j * D + d).store(vr + d);
+        }
       }
     }
-    qk_rows(w.kf, w.q, D, Rp, static_cast<int>(bs), w.s);
-    const bool full = max_lo <= kb + j0 && min_hi >= kb + j1;
-    softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kb), w.lo, w.hi, full, 1.f,
+    qk_rows(w.kf, w.q, D, Rp, n, w.s);
+    const bool full = max_lo <= kc + j0 && min_hi >= kc + j1;
+    softmax_rows(w.s, Rp, j0, j1, static_cast<float>(kc), w.lo, w.hi, full, 1.f,
                  st.mk.soft_cap, w.m, w.l, w.alpha);
     LineQueue none;  // the next block's V went out with its K above
-    const VRows<float> v{&vf, static_cast<int>(bs)};
+    const VRows<float> v{&vf, n};
     auto all = [&](int x, int y) { pv(R, w.s, 1, Rp, v, D, x, y, w.alpha, w.acc, none); };
     if (full) {
       all(j0, j1);
       continue;
     }
-    run_ranges(w, R, kb, j0, j1);
+    run_ranges(w, R, kc, j0, j1);
     pv_visible(R, w.a.data(), w.b.data(), j0, j1, all, [&](int r, int x, int y) {
       pv(1, w.s + r, 1, Rp, v, D, x, y, &kOne, w.acc + r * D, none);
     });
