@@ -156,19 +156,32 @@ def threads(request):
     torch.set_num_threads(before)
 
 
-@native
-def test_fp8_load_matches_torch():
-    """Every fp8 byte as the kernels' loads decode it (to fp32: integer arithmetic on x86, a
-    table on NEON; to bf16 on the AVX-512 BF16 build's vdpbf16ps path) equals torch's
-    conversion, signed zeros included."""
-    isa = ext.isa_path(read_device_info()).name
-    got_f32, got_bf16 = ext.load(isa).ops.fp8_values()
+# this CPU's variant, and AVX2's where this CPU runs it too: the x86 variants' fp8 loads are
+# AVX-512's (avx512bf16, avx512) or AVX2's own
+_FLAGS = read_device_info().cpu_flags
+RUNNABLE = list(
+    dict.fromkeys(
+        i
+        for i in ext.ISA_PATHS
+        if platform.machine() in i.machines
+        and i.needs <= _FLAGS
+        and (i == ext.isa_path(read_device_info()) or i.name == "avx2")
+    )
+)
+
+
+@pytest.mark.parametrize("isa", RUNNABLE, ids=[i.name for i in RUNNABLE])
+def test_fp8_load_matches_torch(isa):
+    """Every fp8 byte as each variant's loads decode it (to fp32: integer arithmetic on x86, a
+    table on NEON; to bf16 words: the AVX-512 BF16 build's vdpbf16ps path and AVX2's pair loads)
+    equals torch's conversion, signed zeros included."""
+    got_f32, got_bf16 = ext.load(isa.name).ops.fp8_values()
     fp8 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(FP8)
     for got, want, bits in (
         (got_f32, fp8.float(), torch.int32),
         (got_bf16, fp8.to(torch.bfloat16), torch.int16),
     ):
-        if got is got_bf16 and isa != "avx512bf16":
+        if got is got_bf16 and isa.name not in ("avx512bf16", "avx2"):
             assert got.numel() == 0  # the build has no bf16 path
             continue
         nan = want.isnan()

@@ -551,6 +551,26 @@ bool fp8_bf16_values([[maybe_unused]] uint16_t* out) {
     _mm512_storeu_si512(out + i + 32, y);
   }
   return true;
+#elif defined(CPU_CAPABILITY_AVX2)
+  // every byte through both 128-bit lanes (the vpshufb table is per lane): the lower lanes'
+  // words, then 0xFFFF where an upper lane's word differs
+  uint8_t bytes[256 + 16];
+  for (int i = 0; i < 256 + 16; ++i) bytes[i] = static_cast<uint8_t>(i);
+  alignas(32) uint16_t w[16];
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < 256; i += 8) {
+      const auto* p = reinterpret_cast<const c10::Float8_e4m3fn*>(bytes + i);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(w), fp8_bf16_words_avx2(p));
+      for (int e = 0; e < 8; ++e) {
+        if (pass == 0) {
+          out[i + e] = w[e];
+        } else {
+          uint16_t& o = out[(i + 8 + e) & 255];
+          o = o == w[8 + e] ? o : 0xFFFF;
+        }
+      }
+    }
+  return true;
 #else
   return false;
 #endif
