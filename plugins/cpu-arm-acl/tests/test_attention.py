@@ -158,16 +158,13 @@ def threads(request):
 
 # this CPU's variant, and AVX2's where this CPU runs it too: the x86 variants' fp8 loads are
 # AVX-512's (avx512bf16, avx512) or AVX2's own
-_FLAGS = read_device_info().cpu_flags
-RUNNABLE = list(
-    dict.fromkeys(
-        i
-        for i in ext.ISA_PATHS
-        if platform.machine() in i.machines
-        and i.needs <= _FLAGS
-        and (i == ext.isa_path(read_device_info()) or i.name == "avx2")
-    )
-)
+_INFO = read_device_info()
+RUNNABLE = [
+    i
+    for i in ext.ISA_PATHS
+    if i == ext.isa_path(_INFO)
+    or (i.name == "avx2" and _INFO.machine in i.machines and i.needs <= _INFO.cpu_flags)
+]
 
 
 @pytest.mark.parametrize("isa", RUNNABLE, ids=[i.name for i in RUNNABLE])

@@ -204,6 +204,28 @@ inline Vec load_f32(const c10::Float8_e4m3fn* p) {
   v = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
   return Vec(_mm256_blendv_ps(v, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), is_nan));
 }
+
+// 16 fp8 e4m3fn bytes as 16 bf16 words in order (every e4m3 value is a bf16, so exactly), in
+// 16-bit lanes: |b| >= 8 is (|b| << 4) + (120 << 7); the subnormals |b| < 8 (m * 2^-9) come from a
+// vpshufb table of their 8 bf16 words (indices 2m and 2m + 1 for a word's two bytes); 0x7F is
+// NaN; the sign moves to bit 15. 14 operations per 16 elements, where widening each 8 to fp32 by
+// arithmetic (load_f32) took 12.
+inline __m256i fp8_bf16_words_avx2(const c10::Float8_e4m3fn* p) {
+  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(0x7F));
+  const __m256i normal =
+      _mm256_add_epi16(_mm256_slli_epi16(mag, 4), _mm256_set1_epi16(static_cast<short>(120 << 7)));
+  // m * 2^-9 for m = 0..7 as bf16: 0, 2^-9, 2^-8, 1.5 * 2^-8, 2^-7, 1.25 * 2^-7, 1.5 * 2^-7, ...
+  const __m256i table = _mm256_setr_epi16(0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60,
+                                          0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60);
+  const __m256i index = _mm256_add_epi16(_mm256_mullo_epi16(mag, _mm256_set1_epi16(0x0202)),
+                                         _mm256_set1_epi16(0x0100));
+  const __m256i small = _mm256_shuffle_epi8(table, index);
+  __m256i w = _mm256_blendv_epi8(normal, small, _mm256_cmpgt_epi16(_mm256_set1_epi16(8), mag));
+  w = _mm256_blendv_epi8(w, _mm256_set1_epi16(0x7FC0),
+                         _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)));
+  return _mm256_or_si256(w, _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+}
 #else
 inline Vec load_f32(const c10::Float8_e4m3fn* p) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(p);
@@ -234,36 +256,12 @@ template <typename T>
 constexpr bool kPairSplit = false;
 #endif
 
-#if defined(CPU_CAPABILITY_AVX2) && !defined(CPU_CAPABILITY_AVX512)
-// 16 fp8 e4m3fn bytes as 16 bf16 words in order (every e4m3 value is a bf16, so exactly), in
-// 16-bit lanes: |b| >= 8 is (|b| << 4) + (120 << 7); the subnormals |b| < 8 (m * 2^-9) come from a
-// vpshufb table of their 8 bf16 words (indices 2m and 2m + 1 for a word's two bytes); 0x7F is
-// NaN; the sign moves to bit 15. 14 operations per 16 elements, where widening each 8 to fp32 by
-// arithmetic (load_f32) took 12.
-inline __m256i fp8_bf16_words_avx2(const c10::Float8_e4m3fn* p) {
-  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(0x7F));
-  const __m256i normal =
-      _mm256_add_epi16(_mm256_slli_epi16(mag, 4), _mm256_set1_epi16(static_cast<short>(120 << 7)));
-  // m * 2^-9 for m = 0..7 as bf16: 0, 2^-9, 2^-8, 1.5 * 2^-8, 2^-7, 1.25 * 2^-7, 1.5 * 2^-7, ...
-  const __m256i table = _mm256_setr_epi16(0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60,
-                                          0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60);
-  const __m256i index = _mm256_add_epi16(_mm256_mullo_epi16(mag, _mm256_set1_epi16(0x0202)),
-                                         _mm256_set1_epi16(0x0100));
-  const __m256i small = _mm256_shuffle_epi8(table, index);
-  __m256i w = _mm256_blendv_epi8(normal, small, _mm256_cmpgt_epi16(_mm256_set1_epi16(8), mag));
-  w = _mm256_blendv_epi8(w, _mm256_set1_epi16(0x7FC0),
-                         _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)));
-  return _mm256_or_si256(w, _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
-}
-#endif
-
 template <typename T>
 inline void load_pair(const T* p, Vec& first, Vec& second) {
   if constexpr (kPairSplit<T>) {
     using IVec = at::vec::Vectorized<int32_t>;
     const IVec words = [&] {
-#if defined(CPU_CAPABILITY_AVX2) && !defined(CPU_CAPABILITY_AVX512)
+#if defined(CPU_CAPABILITY_AVX2)
       if constexpr (std::is_same_v<T, c10::Float8_e4m3fn>) return IVec(fp8_bf16_words_avx2(p));
 #endif
       return IVec::loadu(p);
