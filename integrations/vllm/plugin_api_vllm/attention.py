@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 import weakref
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -305,6 +305,16 @@ def decode_graph_shape(
 LIVE_BUILDERS: weakref.WeakSet[PluginApiMetadataBuilder] = weakref.WeakSet()
 
 
+# step_shapes' keys
+STEP_SHAPES = (
+    "decode_only",
+    "prefill_only",
+    "mixed",
+    "prefills_with_context",
+    "speculative_decodes",
+)
+
+
 # Per-step build times each builder keeps for host_time's median (the latest steps only)
 RECENT_BUILDS = 4096
 
@@ -321,6 +331,18 @@ def host_time() -> dict[str, float]:
         "build_s": sum(b.build_s for b in LIVE_BUILDERS),
         "median_s": statistics.median(recent) if recent else 0.0,
     }
+
+
+def step_shapes() -> dict[str, int]:
+    """Over this process's live metadata builders: steps of decodes only, of prefills only and
+    mixed (chunked prefill schedules prefill chunks beside running decodes), and prefill
+    requests whose keys include tokens cached before the step (a later chunk of a prompt, or a
+    prefix-cache hit), and decode requests that verify draft tokens (speculative decoding: more
+    than one query token). Each builder counts its own steps, as in ``host_time``."""
+    total: Counter[str] = Counter(dict.fromkeys(STEP_SHAPES, 0))
+    for b in LIVE_BUILDERS:
+        total.update(b.shapes)
+    return dict(total)
 
 
 def graph_plans() -> dict[str, int]:
@@ -354,6 +376,7 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
         self.num_blocks: int | None = None
         self.steps, self.build_s = 0, 0.0  # host_time()
         self.recent_builds: deque[float] = deque(maxlen=RECENT_BUILDS)
+        self.shapes: Counter[str] = Counter()  # step_shapes()
         LIVE_BUILDERS.add(self)
 
     def _cache_blocks(self) -> int | None:
@@ -404,11 +427,27 @@ class PluginApiMetadataBuilder(AttentionMetadataBuilder[PluginApiAttentionMetada
             plans[spec] = attn.plan(batch, reuse=kept, num_blocks=num_blocks)
             if kept is None:
                 self.graph_plans[key] = plans[spec]
+        self._count_shape(batch)
         took = time.perf_counter() - t0
         self.steps += 1
         self.build_s += took
         self.recent_builds.append(took)
         return PluginApiAttentionMetadata(common_attn_metadata.num_actual_tokens, plans)
+
+    def _count_shape(self, batch: pa.AttentionBatch) -> None:
+        decodes, prefills = batch.num_decodes, batch.num_seqs - batch.num_decodes
+        qsl = batch.query_start_loc
+        if decodes and self.decode_limit > 1:
+            self.shapes["speculative_decodes"] += int(
+                (qsl[1 : decodes + 1] - qsl[:decodes] > 1).sum()
+            )
+        if prefills == 0:
+            self.shapes["decode_only"] += 1
+            return
+        self.shapes["mixed" if decodes else "prefill_only"] += 1
+        qsl = qsl[decodes:]
+        earlier = batch.seq_lens[decodes:] > qsl[1:] - qsl[:-1]
+        self.shapes["prefills_with_context"] += int(earlier.sum())
 
 
 def attention_batch(m: CommonAttentionMetadata, decode_limit: int) -> pa.AttentionBatch:

@@ -30,6 +30,10 @@ PROMPTS = (
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n" * 5,
 )
 
+# --follow-up: a second wave, each prompt of the first extended, so that its prompt's full KV blocks
+# come from vLLM's prefix cache and only the rest is prefilled, attending to the cached part
+FOLLOW_UPS = tuple(f"{p} Say it once more, {i + 1} times." for i, p in enumerate(PROMPTS))
+
 
 @dataclass
 class Run:
@@ -39,11 +43,12 @@ class Run:
     backend: str  # "vllm" (vLLM's own kernels) or the plugin-api backend id
     dtype: str
     compiled: bool  # vLLM's compilation mode for the engine is not NONE (its config, not the flag)
-    tokens: list[list[int]]
+    tokens: list[list[int]]  # per prompt: the prompts', then (--follow-up) the follow-ups'
     # per prompt, per step: (token id, raw logit) of the two highest logits
     top2: list[list[list[tuple[int, float]]]] = field(default_factory=list)
     start_s: float = 0.0
     generate_s: float = 0.0
+    cached_tokens: list[int] = field(default_factory=list)  # per prompt: vLLM's prefix-cache hits
     report: dict[str, Any] | None = None  # the first worker's (rank 0)
     reports: list[dict[str, Any]] = field(default_factory=list)  # every worker's
     # modules of the model that run a torch.compile'd graph (compiled here or loaded from vLLM's
@@ -78,6 +83,7 @@ def generate(
     max_tokens: int,
     top2: bool,
     max_model_len: int,
+    follow_up: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> Run:
     from vllm import LLM, SamplingParams, envs
@@ -97,6 +103,8 @@ def generate(
     t1 = time.perf_counter()
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=2 if top2 else None)
     outs = llm.generate(prompts, params, use_tqdm=False)
+    if follow_up:  # after the first wave: its blocks are in the prefix cache
+        outs += llm.generate(list(FOLLOW_UPS[: len(prompts)]), params, use_tqdm=False)
     t2 = time.perf_counter()
     bridge = "PLUGIN_API_BACKEND" in os.environ
     config = llm.llm_engine.vllm_config
@@ -109,6 +117,7 @@ def generate(
         top2=[_top2(o.outputs[0]) for o in outs] if top2 else [],
         start_s=t1 - t0,
         generate_s=t2 - t1,
+        cached_tokens=[o.num_cached_tokens or 0 for o in outs],
     )
     # the engine core and its one worker in this process: a function reaches the model as is
     # (across processes vLLM would have to pickle it, which it refuses by default)
@@ -158,9 +167,49 @@ def main(argv: list[str] | None = None) -> int:
         help="vLLM's tensor parallelism: worker processes over torch.distributed (CPU: set "
         "VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1', where the machine has one NUMA node)",
     )
+    ap.add_argument(
+        "--max-num-batched-tokens",
+        type=positive,
+        help="vLLM's token budget per step: prompts over it are prefilled in chunks, scheduled "
+        "beside running decodes",
+    )
+    ap.add_argument("--block-size", type=positive, help="vLLM's KV-cache block size")
+    ap.add_argument(
+        "--ngram-speculative-tokens",
+        type=positive,
+        metavar="N",
+        help="speculative decoding with vLLM's n-gram proposer: up to N draft tokens per step "
+        "from earlier text, verified in one decode of up to N + 1 query tokens",
+    )
+    ap.add_argument(
+        "--follow-up",
+        action="store_true",
+        help="then generate from each prompt extended by a sentence: prefix-cache hits on the "
+        "first wave's blocks",
+    )
     # a file, not stdout: vLLM logs to stdout from its own processes
     ap.add_argument("--json", metavar="FILE", help="write the runs as one JSON document to FILE")
     args = ap.parse_args(argv)
+    if args.ngram_speculative_tokens is not None and len(args.model) > 1:
+        # vLLM 0.32's CPU worker rebinds its Triton kernels for a speculative engine, and the
+        # second such engine of a process fails there (AttributeError in its dispatcher)
+        ap.error("--ngram-speculative-tokens takes one --model per process")
+    extra: dict[str, Any] = {
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "tensor_parallel_size": args.tensor_parallel_size,
+    }
+    if args.max_num_batched_tokens is not None:
+        extra |= {"max_num_batched_tokens": args.max_num_batched_tokens}
+        extra["enable_chunked_prefill"] = True
+    if args.block_size is not None:
+        extra["block_size"] = args.block_size
+    if args.ngram_speculative_tokens is not None:
+        extra["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": args.ngram_speculative_tokens,
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 4,
+        }
     runs = [
         generate(
             m,
@@ -170,10 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens,
             top2=args.top2,
             max_model_len=args.max_model_len,
-            extra={
-                "kv_cache_dtype": args.kv_cache_dtype,
-                "tensor_parallel_size": args.tensor_parallel_size,
-            },
+            follow_up=args.follow_up,
+            extra=extra,
         )
         for m in args.model
     ]

@@ -15,7 +15,7 @@ from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-from .attention import PluginApiAttentionImpl, graph_plans, host_time
+from .attention import PluginApiAttentionImpl, graph_plans, host_time, step_shapes
 from .linear import registered, served
 
 
@@ -77,6 +77,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
         "engine_layers": engine,
         "fallbacks": sorted(n for n, e in layers.items() if e["fallback"]),
         "host": host_time(),
+        "steps": step_shapes(),
         # plans kept for vLLM's full CUDA graphs of decode steps (none before the KV cache exists)
         "graph_plans": graph_plans(),
         "outside": outside,

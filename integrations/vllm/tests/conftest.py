@@ -29,6 +29,12 @@ from plugin_api_vllm.versions import UnsupportedVllm, check_vllm
 KV_SPACE_GIB = "1"
 MODELS = ("llama", "qwen3", "sliding", "softcap", "sinks")  # the default set of a run
 BUILT = (*MODELS, "llama-w8a8", "kv-sharing")
+# chunked=True: a token budget of 48 per step prefills the longer prompts in chunks beside
+# running decodes, then a follow-up wave re-reads the prompts' blocks from the prefix cache
+# (blocks of 32, a size vLLM's own CPU attention runs unsplit)
+CHUNKED = ["--max-num-batched-tokens", "48", "--block-size", "32", "--follow-up"]
+# speculative=True: vLLM's n-gram proposer drafts up to 3 tokens, verified in decodes of up to 4
+SPECULATIVE = ["--ngram-speculative-tokens", "3"]
 
 
 def vllm_missing() -> str | None:
@@ -103,9 +109,12 @@ class Runs:
         strict: bool = True,
         kv_cache_dtype: str = "auto",
         tensor_parallel: int = 1,
+        chunked: bool = False,
+        speculative: bool = False,
     ) -> dict[str, dict[str, Any]]:
         """``{kind: run}``; ``backend`` None is vLLM's own kernels."""
         key = (backend, dtype, compiled, kinds, strict, kv_cache_dtype, tensor_parallel)
+        key += (chunked, speculative)
         for done, got in self._done.items():  # a run of more models in the same configuration
             if done[:3] + done[4:] == key[:3] + key[4:] and set(kinds) <= set(done[3]):
                 return {kind: got[kind] for kind in kinds}
@@ -118,6 +127,10 @@ class Runs:
                 args += ["--model", str(self.models[kind])]
             if compiled:
                 args.append("--compiled")
+            if chunked:
+                args += CHUNKED
+            if speculative:
+                args += SPECULATIVE
             extra = {"VLLM_CACHE_ROOT": str(self.cache)}
             if tensor_parallel > 1:
                 extra["VLLM_CPU_OMP_THREADS_BIND"] = tp_binding(tensor_parallel)

@@ -20,6 +20,7 @@ MODELS = ("llama", "qwen3", "sliding", "softcap", "sinks")  # the runs fixture's
 # one process per side and mode carries every model compared in that mode
 EAGER = (*MODELS, "llama-w8a8", "kv-sharing")
 COMPILED = (*MODELS, "kv-sharing")
+EAGER_CHUNKED = COMPILED  # the runs fixture's chunked schedule
 # vLLM 0.32's own int8 W8A8 runs its sgl kernel where the CPU has AMX tiles (its own test,
 # check_cpu_sgl_kernel), and that kernel takes bf16/fp16 activations only: this fp32 model stops
 # its start ("int8_scaled_mm_with_quant: expect A to be bfloat16 or half"). There vLLM's own
@@ -122,6 +123,41 @@ def test_int8_w8a8_agrees_with_exact_int8(
     print(f"int8 W8A8 on {backend}: {agree}/{total} tokens agree with the oracle")
     kinds = native_served(bridged["report"], backend)
     assert set(kinds) == {"attention", "linear-int8", "lm_head"}
+
+
+@pytest.mark.parametrize("backend", BRIDGED)
+def test_chunked_prefill_and_prefix_cache_hits_tokens_equal_vllm_own(
+    runs: Any, backend: str
+) -> None:
+    """Serving's schedule: prompts prefilled in chunks of a 48-token budget beside running decodes,
+    then every prompt extended, its first blocks read from vLLM's prefix cache. fp32, eager: the
+    same tokens as vLLM's own kernels under the same schedule, and the steps were of those
+    shapes."""
+    from plugin_api_vllm.generate import PROMPTS
+
+    own = runs.get(None, kinds=EAGER_CHUNKED, chunked=True)
+    ours = runs.get(backend, kinds=EAGER_CHUNKED, chunked=True)
+    for kind in EAGER_CHUNKED:
+        assert ours[kind]["tokens"] == own[kind]["tokens"], kind
+        for side in (own, ours):  # the follow-ups hit the cache on both sides
+            assert any(side[kind]["cached_tokens"][len(PROMPTS) :]), side[kind]["cached_tokens"]
+        steps = ours[kind]["report"]["steps"]
+        assert steps["mixed"] > 0 and steps["prefills_with_context"] > 0, (kind, steps)
+
+
+@pytest.mark.parametrize("backend", BRIDGED)
+def test_ngram_speculative_decoding_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
+    """vLLM's n-gram proposer under serving's schedule, on the model with sliding and global
+    layers and sinks: decodes verify up to 3 draft tokens (query length up to 4, the spec's
+    ``num_speculative_tokens``). fp32, eager: the same tokens as vLLM's own kernels."""
+    kinds = ("sinks",)  # one speculative engine per process (generate's --ngram-speculative-tokens)
+    own = runs.get(None, kinds=kinds, chunked=True, speculative=True)["sinks"]
+    ours = runs.get(backend, kinds=kinds, chunked=True, speculative=True)["sinks"]
+    assert ours["tokens"] == own["tokens"]
+    report = ours["report"]
+    assert report["steps"]["speculative_decodes"] > 0, report["steps"]
+    specs = {e["spec"] for e in report["layers"].values() if e["kind"] == "attention"}
+    assert all("spec=3" in spec.split() for spec in specs), specs
 
 
 @pytest.mark.parametrize("backend", BRIDGED)
