@@ -34,6 +34,9 @@ PROMPTS = (
 # come from vLLM's prefix cache and only the rest is prefilled, attending to the cached part
 FOLLOW_UPS = tuple(f"{p} Say it once more, {i + 1} times." for i, p in enumerate(PROMPTS))
 
+# --lora: the largest adapter rank the engine takes
+LORA_MAX_RANK = 16
+
 
 @dataclass
 class Run:
@@ -43,7 +46,8 @@ class Run:
     backend: str  # "vllm" (vLLM's own kernels) or the plugin-api backend id
     dtype: str
     compiled: bool  # vLLM's compilation mode for the engine is not NONE (its config, not the flag)
-    tokens: list[list[int]]  # per prompt: the prompts', then (--follow-up) the follow-ups'
+    # per prompt: the prompts', then (--follow-up) the follow-ups', then (--lora) the adapter's
+    tokens: list[list[int]]
     # per prompt, per step: (token id, raw logit) of the two highest logits
     top2: list[list[list[tuple[int, float]]]] = field(default_factory=list)
     start_s: float = 0.0
@@ -84,11 +88,16 @@ def generate(
     top2: bool,
     max_model_len: int,
     follow_up: bool = False,
+    lora: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Run:
     from vllm import LLM, SamplingParams, envs
     from vllm.config import CompilationMode
+    from vllm.lora.request import LoRARequest
 
+    lora_options: dict[str, Any] = (
+        {"enable_lora": True, "max_lora_rank": LORA_MAX_RANK} if lora else {}
+    )
     t0 = time.perf_counter()
     llm = LLM(
         model=model,
@@ -99,12 +108,16 @@ def generate(
         # raw logits, so the tests can tell a near-tie from a real difference
         logprobs_mode="raw_logits",
         **(extra or {}),
+        **lora_options,
     )
     t1 = time.perf_counter()
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=2 if top2 else None)
     outs = llm.generate(prompts, params, use_tqdm=False)
     if follow_up:  # after the first wave: its blocks are in the prefix cache
         outs += llm.generate(list(FOLLOW_UPS[: len(prompts)]), params, use_tqdm=False)
+    if lora:
+        adapter = LoRARequest("adapter", 1, lora)
+        outs += llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
     t2 = time.perf_counter()
     bridge = "PLUGIN_API_BACKEND" in os.environ
     config = llm.llm_engine.vllm_config
@@ -187,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
         help="then generate from each prompt extended by a sentence: prefix-cache hits on the "
         "first wave's blocks",
     )
+    ap.add_argument(
+        "--lora",
+        metavar="DIR",
+        help="a PEFT LoRA adapter of the model (rank <= 16): the prompts again with it applied",
+    )
     # a file, not stdout: vLLM logs to stdout from its own processes
     ap.add_argument("--json", metavar="FILE", help="write the runs as one JSON document to FILE")
     args = ap.parse_args(argv)
@@ -194,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         # vLLM 0.32's CPU worker rebinds its Triton kernels for a speculative engine, and the
         # second such engine of a process fails there (AttributeError in its dispatcher)
         ap.error("--ngram-speculative-tokens takes one --model per process")
+    if args.lora is not None and len(args.model) > 1:
+        ap.error("--lora takes one --model: the adapter's")
     extra: dict[str, Any] = {
         "kv_cache_dtype": args.kv_cache_dtype,
         "tensor_parallel_size": args.tensor_parallel_size,
@@ -220,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             top2=args.top2,
             max_model_len=args.max_model_len,
             follow_up=args.follow_up,
+            lora=args.lora,
             extra=extra,
         )
         for m in args.model

@@ -43,6 +43,7 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
     layers: dict[str, dict[str, Any]] = {}
     engine: list[str] = []
     outside: list[str] = []
+    routes: set[tuple[str, int]] = set()
     for name, module in model.named_modules():
         if isinstance(module, RoutedExperts):
             outside.append(f"{name} (mixture of experts)")
@@ -55,6 +56,11 @@ def collect(model: torch.nn.Module) -> dict[str, Any]:
             else:
                 engine.append(f"{name} ({type(impl).__name__})")
         elif (route := served(module)) is not None:
+            if route in routes:
+                # a wrapper and the layer it wraps (vLLM's LoRA layers: qkv_proj, then
+                # qkv_proj.base_layer) reach the same weight: listed once, by the outer name
+                continue
+            routes.add(route)
             kind, index = route
             w = registered(index)
             if w.packed is None:

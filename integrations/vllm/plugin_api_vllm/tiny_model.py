@@ -220,6 +220,43 @@ def _quantize_w8a8(out: Path) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
+def lora_adapter(model: str | Path, path: str | Path, *, rank: int = 8, seed: int = 1) -> Path:
+    """Write a PEFT LoRA adapter for the checkpoint at ``model`` to ``path``: random seeded A and B
+    of ``rank`` on every ``*_proj`` linear layer, large enough to change greedy tokens."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed)
+    adapter: dict[str, torch.Tensor] = {}
+    targets = set()
+    with safe_open(str(Path(model) / "model.safetensors"), "pt") as weights:
+        for name in sorted(weights.keys()):
+            if not name.endswith("_proj.weight"):
+                continue
+            n, k = weights.get_slice(name).get_shape()
+            module = "base_model.model." + name.removesuffix(".weight")
+            adapter[module + ".lora_A.weight"] = torch.randn(rank, k, generator=gen) * 0.05
+            adapter[module + ".lora_B.weight"] = torch.randn(n, rank, generator=gen) * 0.05
+            targets.add(name.split(".")[-2])
+    if not adapter:
+        raise ValueError(f"model={str(model)!r} has no *_proj linear weights to adapt")
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(adapter, out / "adapter_model.safetensors")
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": str(model),
+        "r": rank,
+        "lora_alpha": 2 * rank,
+        "lora_dropout": 0.0,
+        "target_modules": sorted(targets),
+        "bias": "none",
+    }
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=1))
+    return out
+
+
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "plugin-api" / "models"
 
 

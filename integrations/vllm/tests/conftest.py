@@ -111,10 +111,12 @@ class Runs:
         tensor_parallel: int = 1,
         chunked: bool = False,
         speculative: bool = False,
+        lora: bool = False,
     ) -> dict[str, dict[str, Any]]:
-        """``{kind: run}``; ``backend`` None is vLLM's own kernels."""
+        """``{kind: run}``; ``backend`` None is vLLM's own kernels. ``lora``: the prompts again
+        with a LoRA adapter of the (one) model (``tiny_model.lora_adapter``)."""
         key = (backend, dtype, compiled, kinds, strict, kv_cache_dtype, tensor_parallel)
-        key += (chunked, speculative)
+        key += (chunked, speculative, lora)
         for done, got in self._done.items():  # a run of more models in the same configuration
             if done[:3] + done[4:] == key[:3] + key[4:] and set(kinds) <= set(done[3]):
                 return {kind: got[kind] for kind in kinds}
@@ -131,6 +133,14 @@ class Runs:
                 args += CHUNKED
             if speculative:
                 args += SPECULATIVE
+            if lora:
+                from plugin_api_vllm.tiny_model import lora_adapter
+
+                (kind,) = kinds
+                adapter = self.out / f"{kind}-lora"
+                if not adapter.exists():
+                    lora_adapter(self.models[kind], adapter)
+                args += ["--lora", str(adapter)]
             extra = {"VLLM_CACHE_ROOT": str(self.cache)}
             if tensor_parallel > 1:
                 extra["VLLM_CPU_OMP_THREADS_BIND"] = tp_binding(tensor_parallel)

@@ -161,6 +161,24 @@ def test_ngram_speculative_decoding_tokens_equal_vllm_own(runs: Any, backend: st
 
 
 @pytest.mark.parametrize("backend", BRIDGED)
+def test_lora_adapter_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
+    """A LoRA adapter on every linear layer of the Llama: vLLM's LoRA layers wrap the base
+    layers, whose GEMMs the bridge serves, and add the adapter's product themselves. fp32, eager:
+    the base and the adapted tokens equal vLLM's own, and the adapter changed the tokens."""
+    from plugin_api_vllm.generate import PROMPTS
+
+    own = runs.get(None, kinds=("llama",), lora=True)["llama"]
+    ours = runs.get(backend, kinds=("llama",), lora=True)["llama"]
+    assert ours["tokens"] == own["tokens"]
+    n = len(PROMPTS)
+    assert all(a != b for a, b in zip(own["tokens"][:n], own["tokens"][n:], strict=True))
+    report = ours["report"]
+    assert not report["engine_layers"] and not report["fallbacks"], report
+    linear = [e for e in report["layers"].values() if e["kind"] == "linear"]
+    assert len(linear) == 8 and all(e["calls"] > 0 for e in linear), linear
+
+
+@pytest.mark.parametrize("backend", BRIDGED)
 def test_kv_sharing_layers_tokens_equal_vllm_own(runs: Any, backend: str) -> None:
     # Gemma-4's last layers read an earlier layer's KV cache (vLLM passes key=value=None to
     # them); in the 4-layer model, 2 (sliding) reads 0 and 3 (global) reads 1
