@@ -102,7 +102,7 @@ def _kv_sharing_layers(layers: int) -> dict[str, Any]:
     }
 
 
-def _tokenizer(vocab: int) -> Any:
+def byte_level_tokenizer(vocab: int) -> Any:
     """A byte-level tokenizer (one token per byte, no merges) padded with added tokens up to
     ``vocab``, so every id the model can produce decodes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -162,7 +162,7 @@ def build(kind: str, path: str | Path, shape: Shape | None = None, *, seed: int 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=_tokenizer(shape.vocab), bos_token="<s>", eos_token="</s>"
+        tokenizer_object=byte_level_tokenizer(shape.vocab), bos_token="<s>", eos_token="</s>"
     )
     fast.chat_template = (
         "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

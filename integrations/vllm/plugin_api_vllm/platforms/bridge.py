@@ -57,7 +57,9 @@ class BridgePlatform:
         reasons = refusals(attn_selector_config)
         if reasons:
             raise BridgeRefused(
-                "plugin-api cannot serve an attention layer of this model: " + "; ".join(reasons)
+                "plugin-api cannot serve an attention layer of this model: "
+                + "; ".join(reasons)
+                + ". Unset PLUGIN_API_BACKEND to run this model on vLLM's own kernels."
             )
         return ATTENTION_BACKEND
 
