@@ -219,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         "tensor_parallel_size": args.tensor_parallel_size,
     }
     if args.max_num_batched_tokens is not None:
-        extra |= {"max_num_batched_tokens": args.max_num_batched_tokens}
-        extra["enable_chunked_prefill"] = True
+        extra |= {
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "enable_chunked_prefill": True,
+        }
     if args.block_size is not None:
         extra["block_size"] = args.block_size
     if args.ngram_speculative_tokens is not None:
