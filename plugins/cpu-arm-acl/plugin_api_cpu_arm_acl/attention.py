@@ -2,10 +2,10 @@
 
 The ISA variant (AVX-512, AVX2+FMA, NEON) is chosen from ``DeviceInfo.cpu_flags``; the decision
 reason names it, so ``plugin-api doctor`` shows which path runs. Where the CPU has AMX, prefill
-tiles of bf16 specs run as bf16 GEMMs through torch's ``cpublas::brgemm`` (``matrix_path``; the
-``PLUGIN_API_ONEDNN_ATTENTION_MATRIX`` setting). ``plan`` splits the step into work items once
-(shared by every layer); ``forward`` allocates nothing. The kernels are torch ops
-(``_attention_ext``), called by name.
+tiles of bf16 specs (bf16 or fp8 caches) run as bf16 GEMMs through torch's ``cpublas::brgemm``
+(``matrix_path``; the ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX`` setting). ``plan`` splits the step
+into work items once (shared by every layer); ``forward`` allocates nothing. The kernels are
+torch ops (``_attention_ext``), called by name.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ TILE_ROWS = 64
 MATRIX_TILE_ROWS = 256
 # A key range is split for parallelism only into parts of at least this many keys.
 MIN_SPLIT_KEYS = 512
+# KV-cache dtypes of the matrix layout (its query is bf16)
+MATRIX_CACHES = (torch.bfloat16, torch.float8_e4m3fn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,22 +56,24 @@ def matrix_path(spec: AttentionSpec, info: DeviceInfo, mode: str) -> MatrixPath:
     engine = amx(info)
     if mode == "off":
         return MatrixPath(False, engine, f"matrix-engine path off ({ATTENTION_MATRIX}=off)")
-    if not (spec.dtype == spec.cache_dtype == torch.bfloat16):
-        why = "no matrix-engine path for this spec (it takes a bf16 query and bf16 KV cache)"
+    if spec.dtype != torch.bfloat16 or spec.cache_dtype not in MATRIX_CACHES:
+        why = "no matrix-engine path for this spec (it takes a bf16 query, a bf16 or fp8 KV cache)"
         return MatrixPath(False, engine, why)
+    # an fp8 cache is widened to bf16 per chunk of keys, exactly (every e4m3 value is a bf16)
+    widened = ", the fp8 cache widened to bf16" if spec.cache_dtype != torch.bfloat16 else ""
     if engine:
         return MatrixPath(
             True,
             True,
             "prefill tiles (items of many query rows per KV head) as bf16 GEMMs by "
-            "torch's cpublas::brgemm on AMX (oneDNN), p rounded to bf16",
+            f"torch's cpublas::brgemm on AMX (oneDNN){widened}, p rounded to bf16",
         )
     if mode == "on":
         return MatrixPath(
             True,
             False,
             f"prefill tiles as bf16 GEMMs by torch's cpublas::brgemm forced on "
-            f"({ATTENTION_MATRIX}=on) without AMX: torch's gemm runs them",
+            f"({ATTENTION_MATRIX}=on) without AMX: torch's gemm runs them{widened}",
         )
     return MatrixPath(False, False, "no matrix-engine path: no AMX (amx_tile, amx_bf16) here")
 

@@ -432,12 +432,19 @@ XEON = MACHINES["xeon-cpu"]  # AMX
     [
         (XEON, "auto", {}, True, "on AMX (oneDNN)"),
         (XEON, "off", {}, False, f"matrix-engine path off ({ATTENTION_MATRIX}=off)"),
-        (XEON, "auto", dict(dtype=torch.float16), False, "it takes a bf16 query and bf16 KV"),
-        (XEON, "on", dict(kv_cache_dtype=FP8), False, "it takes a bf16 query and bf16 KV"),
+        (XEON, "auto", dict(dtype=torch.float16), False, "it takes a bf16 query, a bf16 or fp8"),
+        (XEON, "auto", dict(kv_cache_dtype=FP8), True, "(oneDNN), the fp8 cache widened to bf16"),
+        (
+            XEON,
+            "on",
+            dict(dtype=torch.float32, kv_cache_dtype=FP8),
+            False,
+            "it takes a bf16 query, a bf16 or fp8 KV cache",
+        ),
         (THIS_BOX, "auto", {}, False, "no matrix-engine path: no AMX"),
         (THIS_BOX, "on", {}, True, f"forced on ({ATTENTION_MATRIX}=on) without AMX"),
     ],
-    ids=["amx", "amx-off", "amx-fp16", "amx-fp8-cache", "no-amx", "no-amx-forced"],
+    ids=["amx", "amx-off", "amx-fp16", "amx-fp8-cache", "amx-fp32-fp8", "no-amx", "no-amx-forced"],
 )
 def test_matrix_path_is_chosen_from_amx_and_the_setting_and_shown(info, mode, change, used, shown):
     spec = dataclasses.replace(SPEC, **change)
@@ -493,6 +500,8 @@ MATRIX_BATCHES = {
         dict(block_size=48, head_size=96),  # panels 48 wide
         dict(block_size=80, head_size=144),  # panels of 64 and 16
         dict(head_size=256),
+        dict(kv_cache_dtype=FP8),
+        dict(kv_cache_dtype=FP8, sliding_window=21, has_sinks=True, block_size=48, head_size=80),
     ],
     ids=[
         "base",
@@ -504,6 +513,8 @@ MATRIX_BATCHES = {
         "bs48-d96",
         "bs80-d144",
         "d256",
+        "fp8",
+        "fp8-window-sinks-bs48-d80",
     ],
 )
 @pytest.mark.parametrize("shape", list(MATRIX_BATCHES))
@@ -532,13 +543,16 @@ def test_matrix_layout_against_the_oracle(matrix_on, threads, feature, shape):
 
 
 @native
+@pytest.mark.parametrize("cache", [None, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("mode", ["on", "off"])
-def test_nan_past_the_end_of_sequences_stays_out(monkeypatch, threads, mode):
+def test_nan_past_the_end_of_sequences_stays_out(monkeypatch, threads, mode, cache):
     """Cache rows past a sequence's end hold NaN (a freed block's old contents can): the matrix
     layout multiplies whole panels, so those rows must enter them as zeros, and no path may
     read them."""
     monkeypatch.setenv(ATTENTION_MATRIX, mode)
-    spec = spec_of(num_heads=4, num_kv_heads=2, sliding_window=30, kv_sharing=True)
+    spec = spec_of(
+        num_heads=4, num_kv_heads=2, sliding_window=30, kv_sharing=True, kv_cache_dtype=cache
+    )
     case = make_case(spec, [1, 24, 40], [17, 40, 75], num_decodes=1, device="cpu", seed=5)
     bs = spec.block_size
     used = set()

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "attention_kernels.h"
@@ -63,8 +64,10 @@ struct Scratch {
   float* hi;     // [Rp]
   c10::BFloat16* pb;  // the probabilities as bf16: dot layout with kDotBf16, paired words
                       // [run keys / 2][Rp] (pair_probs); matrix layout [R][run keys]
+  c10::BFloat16* pb_lo;  // matrix layout, P as two bf16 terms: pb's rounding error [R][run keys]
   std::vector<int> a, b;
   std::vector<c10::BFloat16> panels;  // matrix layout: the B panel of a brgemm
+  std::vector<c10::BFloat16> widened;  // matrix layout, fp8 cache: a chunk's K and V as bf16
 
   void reserve(int64_t Rp, int64_t D, int64_t bs) {
     const int64_t align = 16;  // floats: 64 bytes
@@ -74,7 +77,7 @@ struct Scratch {
     const int64_t keys = std::max({rows_keys, kRunKeys, matrix_blocks(bs) * bs});
     const int64_t sizes[] = {Rp * D,        Rp * D, Rp * keys, rows_keys * D, rows_keys * D,
                              Rp,            Rp,     Rp,        Rp,            Rp,
-                             (Rp * keys + 1) / 2};
+                             (Rp * keys + 1) / 2, (Rp * keys + 1) / 2};
     int64_t total = align;
     for (int64_t n : sizes) total += up(n);
     if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);  // grows once, then reused
@@ -86,6 +89,7 @@ struct Scratch {
       p += up(sizes[i]);
     }
     pb = reinterpret_cast<c10::BFloat16*>(p);
+    pb_lo = reinterpret_cast<c10::BFloat16*>(p + up(sizes[10]));
     if (static_cast<int64_t>(a.size()) < Rp) {
       a.resize(Rp);
       b.resize(Rp);
@@ -162,10 +166,15 @@ inline void pv_visible(int R, const int* a, const int* b, int j0, int j1, All&& 
 }
 
 // The matrix layout (attention_matrix.cpp): the rows of a many-row item (bf16 query as given in
-// w.q [R][D], bf16 cache) over blocks [first, last]; leaves m, l, acc in w. vnni: B panels in the
-// VNNI layout of oneDNN's AMX kernels.
-void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BFloat16>& kv,
-                   Scratch& w, int R, int64_t first, int64_t last, bool vnni);
+// w.q [R][D], a bf16 or fp8 cache) over blocks [first, last]; leaves m, l, acc in w. vnni: B
+// panels in the VNNI layout of oneDNN's AMX kernels.
+template <typename KT>
+void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w,
+                   int R, int64_t first, int64_t last, bool vnni);
+// a matrix-layout cache type
+template <typename KT>
+constexpr bool kMatrixCache =
+    std::is_same_v<KT, c10::BFloat16> || std::is_same_v<KT, c10::Float8_e4m3fn>;
 // After a thread's last AMX brgemm: AMX tiles stay configured until released.
 void release_matrix_tiles();
 

@@ -243,9 +243,12 @@ inline void softmax_dot(float* s, int64_t lds, int R, int j0, int j1, const int*
 // the fp32 P traffic of softmax_dot; 16 rows at a time, so that their reductions and the m, l,
 // alpha updates are vector operations. A NaN score stays NaN through the exp and the sum, and
 // then makes m NaN as softmax_dot's max does. Elsewhere softmax_dot.
+//
+// pb_lo (optional): P's rounding error, p - bf16(p), as bf16 too, so that P.V can take P as two
+// bf16 terms (p to about 2^-17 of itself, where one bf16 term leaves 2^-9).
 inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, const int* b,
                          float zscale, float cap, float* m, float* l, float* alpha,
-                         c10::BFloat16* pb) {
+                         c10::BFloat16* pb, c10::BFloat16* pb_lo = nullptr) {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
   if (cap == 0.f && zscale > 0.f) {
     constexpr float kLog2e = 1.44269504088896341f;
@@ -259,9 +262,14 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
       const int lo_k = std::max(ra - j, 0), hi_k = std::min(rb - j, kV);
       return static_cast<__mmask16>(((1u << hi_k) - 1) & ~((1u << lo_k) - 1));
     };
-    auto store16 = [](c10::BFloat16* p, __m512 e) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+    // e rounded to bf16 at p, and with pb_lo its rounding error at q
+    auto store16 = [&](c10::BFloat16* p, c10::BFloat16* q, __m512 e) {
+      const __m256i hi = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), hi);
+      if (!pb_lo) return;
+      const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(e, back))));
     };
     for (int r0 = 0; r0 < R; r0 += kV) {
       const int nr = std::min(kV, R - r0);
@@ -302,8 +310,10 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
         part[i] = _mm512_setzero_ps();
         if (i >= nr) continue;
         c10::BFloat16* p = pb + r * lds;
+        c10::BFloat16* q = pb_lo ? pb_lo + r * lds : nullptr;
         if (ra >= rb) {
           std::fill(p, p + n, c10::BFloat16(0.f));
+          if (q) std::fill(q, q + n, c10::BFloat16(0.f));
           continue;
         }
         const float* z = s + r * lds;
@@ -314,7 +324,7 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
         auto edge = [&](int j) {  // a vector with keys outside [ra, rb): those get p = 0
           const __m512 e = _mm512_maskz_mov_ps(lanes(j, ra, rb), p16(z + j, mc));
           sum1 = _mm512_add_ps(sum1, e);
-          store16(p + j, e);
+          store16(p + j, q + j, e);
         };
         if (ja < fa) edge(ja);
         int j = fa;
@@ -322,16 +332,25 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
           const __m512 e0 = p16(z + j, mc), e1 = p16(z + j + kV, mc);
           sum0 = _mm512_add_ps(sum0, e0);
           sum1 = _mm512_add_ps(sum1, e1);
-          _mm512_storeu_si512(p + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
+          if (q) {
+            store16(p + j, q + j, e0);
+            store16(p + j + kV, q + j + kV, e1);
+          } else {
+            _mm512_storeu_si512(p + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
+          }
         }
         if (j < fb) {
           const __m512 e = p16(z + j, mc);
           sum0 = _mm512_add_ps(sum0, e);
-          store16(p + j, e);
+          store16(p + j, q + j, e);
         }
         if (fb < jb && fb >= fa) edge(fb);
         std::fill(p, p + ja, c10::BFloat16(0.f));
         std::fill(p + jb, p + n, c10::BFloat16(0.f));
+        if (q) {
+          std::fill(q, q + ja, c10::BFloat16(0.f));
+          std::fill(q + jb, q + n, c10::BFloat16(0.f));
+        }
         part[i] = _mm512_add_ps(sum0, sum1);
       }
       const __m512 total = reduce_16(part, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); });
@@ -350,6 +369,12 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
   }
 #endif
   softmax_dot(s, lds, R, 0, n, a, b, zscale, cap, m, l, alpha, pb);
+  if (pb_lo)  // softmax_dot leaves P in s as fp32
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < n; ++j) {
+        const int64_t i = r * lds + j;
+        pb_lo[i] = c10::BFloat16(s[i] - static_cast<float>(pb[i]));
+      }
 }
 
 // Rows layout: st [bs][Rp]; row r sees global keys [lo[r], hi[r]) (as fp32, exact below 2^24);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "attention.h"
 #include "attention_item.h"
@@ -76,6 +77,19 @@ inline void copy_row(const c10::BFloat16* src, c10::BFloat16* dst, int64_t n) {
   if (i < n) BVec::loadu(src + i, n - i).store(dst + i, n - i);
 }
 
+// n fp8 e4m3fn elements from src to dst as bf16: every e4m3 value is a bf16, so exactly (NaN
+// stays NaN; e4m3fn has no infinities).
+inline void widen_fp8_row(const c10::Float8_e4m3fn* src, c10::BFloat16* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  for (; i + 32 <= n; i += 32)
+    _mm512_storeu_si512(dst + i,
+                        fp8_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#endif
+  const auto* bytes = reinterpret_cast<const uint8_t*>(src);
+  for (; i < n; ++i) dst[i] = c10::BFloat16(g_fp8_table[bytes[i]]);
+}
+
 // Whether rows [x, y) of the chunk (row(j, which): bf16 rows of D elements) hold finite values.
 template <typename Row>
 bool finite_rows(const Row& row, int64_t which, int64_t x, int64_t y, int64_t D) {
@@ -102,9 +116,20 @@ bool finite_rows(const Row& row, int64_t which, int64_t x, int64_t y, int64_t D)
 // K^T the keys' rows as 32-bit words transposed, for V the rows of key pairs interleaved (one pass
 // over the cache where a bf16 transpose or copy and then oneDNN's transform took two); otherwise
 // torch's gemm runs on plain panels, the same loops, so that any machine tests them.
-void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BFloat16>& kv,
-                   Scratch& w, int R, int64_t first, int64_t last, bool vnni) {
+//
+// An fp8 cache's chunk is first widened to bf16 into w.widened (its K rows, then its V rows; the
+// item's keys only), exactly; its k_scale is in st.scale and its v_scale applies when the row
+// finishes, as in the other layouts. Its P.V takes P as two bf16 terms (pb + pb_lo, two brgemms):
+// one bf16 P leaves errors of |V| 2^-9, which the kit's fp8 case (|V| up to 160, v_scale 2) finds
+// beyond the bf16 output's tolerance where the output is small.
+template <typename KT>
+void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv, Scratch& w,
+                   int R, int64_t first, int64_t last, bool vnni) {
   using BF = c10::BFloat16;
+  constexpr bool kWiden = std::is_same_v<KT, c10::Float8_e4m3fn>;
+  // P.V takes P as two bf16 terms (pb + pb_lo) for an fp8 cache (see above)
+  constexpr bool kSplitP = kWiden;
+  BF* const p_lo = kSplitP ? w.pb_lo : nullptr;
   namespace blas = at::native::cpublas;
   const int64_t D = st.g.dim, bs = st.g.block;
   const int64_t k0 = item[kK0], k1 = item[kK1];
@@ -115,13 +140,23 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
   if (static_cast<int64_t>(w.panels.size()) < panel) w.panels.resize(panel);
   BF* const plain = w.panels.data();
   BF* const packed = plain;
+  if constexpr (kWiden)
+    if (static_cast<int64_t>(w.widened.size()) < lds * 2 * D) w.widened.resize(lds * 2 * D);
   for (int64_t c = first; c <= last; c += run) {
     const int64_t n = (std::min(last + 1, c + run) - c) * bs, kc = c * bs;
     const int64_t cj0 = std::max<int64_t>(k0 - kc, 0), cj1 = std::min<int64_t>(k1 - kc, n);
+    if constexpr (kWiden)  // K rows, then V rows: a block's rows D apart, as in the cache
+      for (int64_t which = 0; which < 2; ++which)
+        for (int64_t j = cj0; j < cj1; ++j)
+          widen_fp8_row(kv.k(c + j / bs) + which * kv.kv + (j % bs) * D,
+                        w.widened.data() + (which * lds + j) * D, D);
     // row j of the chunk (K: which = 0, V: which = 1); null outside the item's key range
     auto row = [&](int64_t j, int64_t which) -> const BF* {
       if (j < cj0 || j >= cj1) return nullptr;
-      return kv.k(c + j / bs) + which * kv.kv + (j % bs) * D;
+      if constexpr (kWiden)
+        return w.widened.data() + (which * lds + j) * D;
+      else
+        return kv.k(c + j / bs) + which * kv.kv + (j % bs) * D;
     };
     for (int64_t j = 0; j < n; j += kPanel) {  // scores, kPanel keys at a time
       const int64_t wn = std::min(kPanel, n - j);
@@ -149,7 +184,7 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
     }
     run_ranges(w, R, kc, cj0, cj1);
     softmax_bf16(w.s, lds, R, static_cast<int>(n), w.a.data(), w.b.data(), st.scale,
-                 st.mk.soft_cap, w.m, w.l, w.alpha, w.pb);
+                 st.mk.soft_cap, w.m, w.l, w.alpha, w.pb, p_lo);
     for (int r = 0; r < R; ++r) {
       if (w.alpha[r] != 1.f) {
         float* a = w.acc + r * D;
@@ -186,6 +221,7 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
             interleave_rows(at(i), at(i + 1), packed + (t0 + i) * wc, wc);
         }
         blas::brgemm(R, wc, n, lds, wc, D, true, w.pb, packed, w.acc + d0, vnni);
+        if (p_lo) blas::brgemm(R, wc, n, lds, wc, D, true, p_lo, packed, w.acc + d0, vnni);
         continue;
       }
       for (int64_t t = 0; t < n;) {  // V panel [n][wc], one block's rows at a time
@@ -201,6 +237,7 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
         }
       }
       blas::brgemm(R, wc, n, lds, wc, D, true, w.pb, plain, w.acc + d0, vnni);
+      if (p_lo) blas::brgemm(R, wc, n, lds, wc, D, true, p_lo, plain, w.acc + d0, vnni);
     }
     for (int r = 0; r < R && !widen; ++r) {  // keys [a, b) outside [ca, cb): p (bf16) times V
       // (with no common key, ca = cb = cj0 <= a: the row's whole range)
@@ -210,7 +247,9 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
       auto add = [&](int x, int y) {
         for (int j = x; j < y; ++j) {
           const BF* v = row(j, 1);
-          const Vec p(static_cast<float>(w.pb[r * lds + j]));
+          float pj = static_cast<float>(w.pb[r * lds + j]);
+          if (p_lo) pj += static_cast<float>(p_lo[r * lds + j]);
+          const Vec p(pj);
           for (int64_t d = 0; d < D; d += kV)
             at::vec::fmadd(p, load_f32(v + d), Vec::loadu(acc + d)).store(acc + d);
         }
@@ -220,6 +259,12 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<c10::BF
     }
   }
 }
+
+template void attend_matrix(const Step&, const int32_t*, const ItemBlocks<c10::BFloat16>&,
+                            Scratch&, int, int64_t, int64_t, bool);
+template void attend_matrix(const Step&, const int32_t*,
+                            const ItemBlocks<c10::Float8_e4m3fn>&, Scratch&, int, int64_t,
+                            int64_t, bool);
 
 void release_matrix_tiles() { at::native::cpublas::brgemm_release(true); }
 

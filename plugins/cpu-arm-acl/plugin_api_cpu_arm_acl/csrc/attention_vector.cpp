@@ -251,7 +251,7 @@ void attend(const Step& st, const int32_t* item, const KT* cache, Scratch& w, La
   const ItemBlocks<KT> kv{cache, st.block_table + item[kSeq] * st.bt_stride, g.kv_heads,
                           item[kKvh], bs * D, g.kv_heads * bs * D};
   const int64_t first = k0 / bs, last = (k1 - 1) / bs;
-  if constexpr (std::is_same_v<KT, c10::BFloat16>)
+  if constexpr (kMatrixCache<KT>)
     if (layout == Layout::kMatrix) return attend_matrix(st, item, kv, w, R, first, last, vnni);
   if (layout == Layout::kRows)
     attend_rows(st, item, kv, w, R, Rp, first, last, min_hi, max_lo);
@@ -344,14 +344,13 @@ struct Buffers {
   float v_scale;
 };
 
-// matrix: items of kRowsLayoutMin rows or more per KV head take the matrix layout (bf16 query and
-// cache only); vnni: its B panels are packed for oneDNN's AMX kernels.
+// matrix: items of kRowsLayoutMin rows or more per KV head take the matrix layout (bf16 query, bf16
+// or fp8 cache only); vnni: its B panels are packed for oneDNN's AMX kernels.
 template <typename KT, typename QT>
 void run_items(const Step& st, const int32_t* it, int64_t U, const KT* cache, const QT* query,
                QT* out, const Buffers& bufs, bool matrix, bool vnni) {
   const int64_t D = st.g.dim, G = st.g.group, H = st.g.heads;
-  constexpr bool kMatrixTypes =
-      std::is_same_v<KT, c10::BFloat16> && std::is_same_v<QT, c10::BFloat16>;
+  constexpr bool kMatrixTypes = kMatrixCache<KT> && std::is_same_v<QT, c10::BFloat16>;
   std::atomic<int64_t> next{0};
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(U, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
