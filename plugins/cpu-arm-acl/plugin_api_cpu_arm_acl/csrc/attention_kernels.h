@@ -262,13 +262,13 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
       const int lo_k = std::max(ra - j, 0), hi_k = std::min(rb - j, kV);
       return static_cast<__mmask16>(((1u << hi_k) - 1) & ~((1u << lo_k) - 1));
     };
-    // e rounded to bf16 at p, and with pb_lo its rounding error at q
-    auto store16 = [&](c10::BFloat16* p, c10::BFloat16* q, __m512 e) {
+    // e rounded to bf16 at p[j], and (q: pb_lo's row) its rounding error at q[j]
+    auto store16 = [](c10::BFloat16* p, c10::BFloat16* q, int j, __m512 e) {
       const __m256i hi = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), hi);
-      if (!pb_lo) return;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), hi);
+      if (!q) return;
       const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j),
                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(e, back))));
     };
     for (int r0 = 0; r0 < R; r0 += kV) {
@@ -324,7 +324,7 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
         auto edge = [&](int j) {  // a vector with keys outside [ra, rb): those get p = 0
           const __m512 e = _mm512_maskz_mov_ps(lanes(j, ra, rb), p16(z + j, mc));
           sum1 = _mm512_add_ps(sum1, e);
-          store16(p + j, q + j, e);
+          store16(p, q, j, e);
         };
         if (ja < fa) edge(ja);
         int j = fa;
@@ -333,8 +333,8 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
           sum0 = _mm512_add_ps(sum0, e0);
           sum1 = _mm512_add_ps(sum1, e1);
           if (q) {
-            store16(p + j, q + j, e0);
-            store16(p + j + kV, q + j + kV, e1);
+            store16(p, q, j, e0);
+            store16(p, q, j + kV, e1);
           } else {
             _mm512_storeu_si512(p + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
           }
@@ -342,7 +342,7 @@ inline void softmax_bf16(float* s, int64_t lds, int R, int n, const int* a, cons
         if (j < fb) {
           const __m512 e = p16(z + j, mc);
           sum0 = _mm512_add_ps(sum0, e);
-          store16(p + j, q + j, e);
+          store16(p, q, j, e);
         }
         if (fb < jb && fb >= fa) edge(fb);
         std::fill(p, p + ja, c10::BFloat16(0.f));
