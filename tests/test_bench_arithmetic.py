@@ -117,7 +117,8 @@ def test_named_cases_are_the_issue_shapes():
     attn = C.ALL["attention"]
     decode = {(c.batch, c.context) for c in attn if c.kind == "decode"}
     assert decode == {(b, n) for b in (1, 8, 16) for n in (1024, 4096, 8192)}
-    assert [(c.batch, c.context, c.q_len) for c in attn if c.kind == "prefill"] == [(4, 512, 512)]
+    prefill = [(c.batch, c.context, c.q_len, c.cache_dtype) for c in attn if c.kind == "prefill"]
+    assert prefill == [(4, 512, 512, C.BF16), (4, 512, 512, C.FP8)]
     assert [c.q_len for c in attn if c.kind == "spec-decode"] == [3]
     assert all((c.num_heads, c.num_kv_heads, c.head_size) == (32, 8, 128) for c in attn)
     # block 16 everywhere, and 32 for the batch 8 / 16 decodes at 4k (the CPU comparison point)

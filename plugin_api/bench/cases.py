@@ -257,6 +257,7 @@ def attention_cases() -> tuple[AttentionCase, ...]:
     # an fp8 e4m3 cache (per-layer scales) halves the bytes a decode step reads
     cases += [AttentionCase("decode", b, 4096, 1, kv_cache_dtype=FP8) for b in (8, 16)]
     cases.append(AttentionCase("prefill", 4, 512, 512))
+    cases.append(AttentionCase("prefill", 4, 512, 512, kv_cache_dtype=FP8))
     cases.append(AttentionCase("spec-decode", 8, 4096, 3))
     return tuple(cases)
 
