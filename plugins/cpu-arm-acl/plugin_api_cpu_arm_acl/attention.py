@@ -59,21 +59,26 @@ def matrix_path(spec: AttentionSpec, info: DeviceInfo, mode: str) -> MatrixPath:
     if spec.dtype != torch.bfloat16 or spec.cache_dtype not in MATRIX_CACHES:
         why = "no matrix-engine path for this spec (it takes a bf16 query, a bf16 or fp8 KV cache)"
         return MatrixPath(False, engine, why)
-    # an fp8 cache is widened to bf16 per chunk of keys, exactly (every e4m3 value is a bf16)
-    widened = ", the fp8 cache widened to bf16" if spec.cache_dtype != torch.bfloat16 else ""
+    # an fp8 cache is widened to bf16 per chunk of keys, exactly (every e4m3 value is a bf16),
+    # and its P.V takes p as two bf16 terms (attention_matrix.cpp says why)
+    how = (
+        "p rounded to bf16"
+        if spec.cache_dtype == torch.bfloat16
+        else "the fp8 cache widened to bf16, p as two bf16 terms"
+    )
     if engine:
         return MatrixPath(
             True,
             True,
             "prefill tiles (items of many query rows per KV head) as bf16 GEMMs by "
-            f"torch's cpublas::brgemm on AMX (oneDNN){widened}, p rounded to bf16",
+            f"torch's cpublas::brgemm on AMX (oneDNN), {how}",
         )
     if mode == "on":
         return MatrixPath(
             True,
             False,
             f"prefill tiles as bf16 GEMMs by torch's cpublas::brgemm forced on "
-            f"({ATTENTION_MATRIX}=on) without AMX: torch's gemm runs them{widened}",
+            f"({ATTENTION_MATRIX}=on) without AMX: torch's gemm runs them, {how}",
         )
     return MatrixPath(False, False, "no matrix-engine path: no AMX (amx_tile, amx_bf16) here")
 

@@ -433,7 +433,7 @@ XEON = MACHINES["xeon-cpu"]  # AMX
         (XEON, "auto", {}, True, "on AMX (oneDNN)"),
         (XEON, "off", {}, False, f"matrix-engine path off ({ATTENTION_MATRIX}=off)"),
         (XEON, "auto", dict(dtype=torch.float16), False, "it takes a bf16 query, a bf16 or fp8"),
-        (XEON, "auto", dict(kv_cache_dtype=FP8), True, "(oneDNN), the fp8 cache widened to bf16"),
+        (XEON, "auto", dict(kv_cache_dtype=FP8), True, "widened to bf16, p as two bf16 terms"),
         (
             XEON,
             "on",
