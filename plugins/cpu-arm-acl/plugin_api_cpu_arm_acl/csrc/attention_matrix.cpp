@@ -127,9 +127,8 @@ void attend_matrix(const Step& st, const int32_t* item, const ItemBlocks<KT>& kv
                    int R, int64_t first, int64_t last, bool vnni) {
   using BF = c10::BFloat16;
   constexpr bool kWiden = std::is_same_v<KT, c10::Float8_e4m3fn>;
-  // P.V takes P as two bf16 terms (pb + pb_lo) for an fp8 cache (see above)
-  constexpr bool kSplitP = kWiden;
-  BF* const p_lo = kSplitP ? w.pb_lo : nullptr;
+  // an fp8 cache's P.V takes P as two bf16 terms, pb + pb_lo (see above)
+  BF* const p_lo = kWiden ? w.pb_lo : nullptr;
   namespace blas = at::native::cpublas;
   const int64_t D = st.g.dim, bs = st.g.block;
   const int64_t k0 = item[kK0], k1 = item[kK1];
