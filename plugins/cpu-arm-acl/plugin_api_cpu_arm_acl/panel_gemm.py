@@ -92,11 +92,11 @@ class PanelGemm:
     # ---- decisions (pure) ----------------------------------------------------------------------
 
     def policy_for(self, info: DeviceInfo) -> PanelPolicy:
-        """The policy given, else the measured default for the machine ``info`` describes
-        (architecture, CPU vendor)."""
+        """The policy given, else the measured default for the architecture ``info``
+        describes."""
         if self.policy is not None:
             return self.policy
-        return PanelPolicy.default_for(info.machine, cpu_family.of(info))
+        return PanelPolicy.default_for(info.machine)
 
     def isa(self, info: DeviceInfo) -> str:
         isa = self.policy_for(info).isa

@@ -10,7 +10,7 @@
 - ``PLUGIN_API_ONEDNN_LARGE_M``: the ``LargeMPolicy``, ``min_m=2048`` or ``off`` (default:
   ``LargeMPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_PANEL``: the ``PanelPolicy`` of the panel GEMMs, e.g. ``isa=generic,kc=512``
-  (default: ``PanelPolicy.default_for`` the machine and its CPU vendor).
+  (default: ``PanelPolicy.default_for`` the machine).
 - ``PLUGIN_API_ONEDNN_ATTENTION_MATRIX``: ``auto`` (default), ``on`` or ``off``: whether prefill
   tiles of the CPU attention run as bf16 GEMMs through torch's ``cpublas::brgemm`` (oneDNN's AMX
   kernels). ``auto``: where the CPU has AMX; ``on`` also elsewhere (torch's gemm runs them,
@@ -251,12 +251,13 @@ class PanelPolicy:
       groups of up to 6 per microkernel, 16-bit weights widened in registers. Every choice
       gives the same bits: each sum runs over k in the same order.
 
-    ``default_for``: ``block_major_m=128`` on Intel x86, where it ran the 0.49B model's four
-    linears 1.16-1.19x faster at M = 256-1024 on one thread and crossed at 64-128 rows (AVX2
-    code on Sapphire Rapids cores, 2026-12-07-xeon-avx2-capped.md: shifts and FMAs share the
-    same two ports there). Elsewhere 0: on a Zen 3 both were slower (widening per k block
-    0.54-0.83x, panels sharing k blocks 0.91-1.0x; 2026-12-02-zen3.md). The generic (at::vec)
-    kernels always widen per k block.
+    ``default_for``: ``block_major_m=128`` on x86, where both vendors' cores measured it faster
+    from 128 rows (about even at 64): the 0.49B model's four linears 1.16-1.19x at M = 256-1024
+    on one thread (AVX2 code on Sapphire Rapids cores, 2026-12-07-xeon-avx2-capped.md: shifts
+    and FMAs share two ports there), 1.06-1.47x at M = 128-2048 on two threads of a Zen 3
+    (2026-12-07-zen3.md; on 2026-12-02 an earlier kernel had measured each half alone slower
+    there, 2026-12-02-zen3.md). Elsewhere 0. The generic (at::vec) kernels always widen per k
+    block.
     """
 
     isa: str = "auto"
@@ -282,10 +283,9 @@ class PanelPolicy:
         return _parse(cls, PANEL, text)
 
     @classmethod
-    def default_for(cls, machine: str, cpu: tuple[str, int] | None) -> PanelPolicy:
-        """The measured default for an architecture and (vendor, family) (see the class)."""
-        intel = machine in X86 and cpu is not None and cpu[0] == "GenuineIntel"
-        return cls(block_major_m=128) if intel else cls()
+    def default_for(cls, machine: str) -> PanelPolicy:
+        """The measured default for an architecture (see the class)."""
+        return cls(block_major_m=128) if machine in X86 else cls()
 
 
 def _check_ints(policy: object, lowest: Mapping[str, int] | None = None) -> None:
