@@ -23,6 +23,8 @@ own CPU kernels, same model, prompts and batches, beside ceilings measured in th
   reader sees that both sides had the same.
 - ``--kv-cache-dtype fp8``: both sides keep an fp8 e4m3 KV cache (vLLM's own, or plugin-api's
   through the bridge).
+- vLLM's step timeout (``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``) is 3600 s on both sides unless
+  set: a slow side's prefill step (vLLM's own bf16 on an AVX2-only CPU) outlasts vLLM's 300 s.
 """
 
 from __future__ import annotations
@@ -196,9 +198,13 @@ class Side:
         cmd += ["--decode", str(args.decode)]
         # vLLM's log, shown if the side fails; the Side owns it (closed in close())
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        env = side_env(bridge, "4")
+        # vLLM's own bf16 prefill on an AVX2-only CPU runs a 4096-token step for about 6 min, past
+        # vLLM's 300 s step timeout (a Zen 3, 2026-12-07): both sides get the same longer one
+        env.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
         self.proc = subprocess.Popen(
             cmd,
-            env=side_env(bridge, "4"),
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=self.log,
             pass_fds=(ask_r, ans_w),
