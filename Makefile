@@ -71,8 +71,9 @@ lint: setup
 # write through its plan runs there too).
 # The kit's attention cases run a second time with the CPU attention's matrix layout forced on
 # (AMX where the CPU has it; elsewhere torch's gemm runs it), so that every machine checks it.
+# --durations: the slowest tests in every CI log, where the suite's time goes on that machine.
 test: setup system-deps lint
-	$(VENV)/bin/pytest --ignore=tests/triton_kernels
+	$(VENV)/bin/pytest --ignore=tests/triton_kernels --durations=25
 	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels plugins/cuda-sm90/tests/test_kv_write.py
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
