@@ -72,8 +72,12 @@ lint: setup
 # The kit's attention cases run a second time with the CPU attention's matrix layout forced on
 # (AMX where the CPU has it; elsewhere torch's gemm runs it), so that every machine checks it.
 # --durations: the slowest tests in every CI log, where the suite's time goes on that machine.
+# The main run goes over two pytest-xdist workers, a module at a time, the longest modules first
+# (conftest.py): much of it (vLLM start-ups, compiles, subprocesses) leaves a core idle.
+TEST_WORKERS ?= 2
 test: setup system-deps lint
-	$(VENV)/bin/pytest --ignore=tests/triton_kernels --durations=25
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		--ignore=tests/triton_kernels --durations=25
 	TRITON_INTERPRET=1 $(VENV)/bin/pytest tests/triton_kernels plugins/cuda-sm90/tests/test_kv_write.py
 	$(VENV)/bin/pytest --plugin-api-backend=reference
 	$(VENV)/bin/pytest --plugin-api-backend=cpu-arm-acl
