@@ -20,7 +20,7 @@ VLLM_TESTS = "integrations/vllm/"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not hasattr(config, "workerinput"):  # collecting in an xdist worker, else not under xdist
+    if not hasattr(config, "workerinput"):  # only xdist workers collect, and only they have it
         return
     uses_runs = {
         item.nodeid.split("::")[0] for item in items if "runs" in getattr(item, "fixturenames", ())
