@@ -1,7 +1,7 @@
-"""The order in which the suite's modules go to pytest-xdist workers (``make test`` runs ``-n 2
---dist loadscope --no-loadscope-reorder``: a module is one unit of work, so its module-scoped
-fixtures are built once, and units go out in collection order). Without xdist nothing here
-changes a run.
+"""The order in which the suite's modules go to pytest-xdist workers (``make test`` runs ``-n
+$(TEST_WORKERS)``, 2 by default, ``--dist loadscope --no-loadscope-reorder``: a module is one
+unit of work, so its module-scoped fixtures are built once, and units go out in collection
+order). Without xdist nothing here changes a run.
 
 Longest first: the vLLM modules that use the session's generate runs (the ``runs`` fixture,
 most of the vLLM tests' time: ``test_generation`` alone is about half of it), then the other vLLM
@@ -22,13 +22,15 @@ VLLM_TESTS = "integrations/vllm/"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not hasattr(config, "workerinput"):  # only xdist workers collect, and only they have it
         return
-    uses_runs = {
-        item.nodeid.split("::")[0] for item in items if "runs" in getattr(item, "fixturenames", ())
-    }
+    uses_runs = {_module(i) for i in items if "runs" in getattr(i, "fixturenames", ())}
 
     def rank(item: pytest.Item) -> int:
-        module = item.nodeid.split("::")[0]
+        module = _module(item)
         return 0 if module in uses_runs else 1 if module.startswith(VLLM_TESTS) else 2
 
     # stable, collection order within a rank: every worker collects the same order, as xdist needs
     items.sort(key=rank)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]  # the test file, relative to the rootdir
